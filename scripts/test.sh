@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Set up, start the services the tests need, and run the whole test suite.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh
+# shellcheck disable=SC1091
+. .venv/bin/activate
+if [ -f scripts/postgres.sh ]; then
+    # Installs (Debian package) and starts a throwaway PostgreSQL on loopback;
+    # prints the URL the tests use.
+    SPECTUNE_TEST_PG_URL=$(bash scripts/postgres.sh)
+    export SPECTUNE_TEST_PG_URL
+fi
+export TRITON_INTERPRET=1
+ruff check spectune tests scripts benchmarks
+exec python -m pytest -q "$@"
