@@ -172,7 +172,6 @@ class Problem:
         vocab: Vocabulary size V.
         dtype: Logits dtype name, one of :data:`DTYPES`.
         draft_probs: Whether the drafter provides probabilities.
-        mode: ``"greedy"``, ``"random"`` or ``"mixed"`` verification.
     """
 
     spec_len: int
@@ -180,7 +179,6 @@ class Problem:
     vocab: int
     dtype: str = "float32"
     draft_probs: bool = True
-    mode: str = "random"
 
     def __post_init__(self) -> None:
         for name in ("spec_len", "batch", "vocab"):
@@ -189,8 +187,6 @@ class Problem:
                 raise ValueError(f"{name} must be a positive integer, got {value!r}")
         if self.dtype not in DTYPES:
             raise ValueError(f"dtype must be one of {DTYPES}, got {self.dtype!r}")
-        if self.mode not in ("greedy", "random", "mixed"):
-            raise ValueError(f"mode must be greedy, random or mixed, got {self.mode!r}")
 
 
 def _is_power_of_two(value: int) -> bool:
