@@ -150,7 +150,7 @@ class SearchSpace:
     def __iter__(self) -> Iterator[dict[str, int]]:
         """Every config of the space that satisfies the constraints, in a fixed order."""
         for combo in itertools.product(*(p.values for p in self.params)):
-            config = dict(zip(self.names, combo))
+            config = dict(zip(self.names, combo, strict=True))
             if all(c.check(config) for c in self.constraints):
                 yield config
 
