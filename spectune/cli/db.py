@@ -1,0 +1,320 @@
+"""``spectune db``: show, validate, export, import, merge and upgrade tuned-config databases.
+
+Every failure ends the command with one line on stderr and a non-zero exit status,
+never a traceback.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
+
+import click
+
+__all__ = ["db"]
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+_DB_HELP = (
+    "Database URL or file path. Default: every database readers look in "
+    "(SPECTUNE_DB, the user database, the shipped one)."
+)
+
+
+def _clean_errors(command: F) -> F:
+    """Turn any error into one clear line (click prints it and exits 1)."""
+
+    @functools.wraps(command)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return command(*args, **kwargs)
+        except (click.ClickException, click.exceptions.Exit, click.Abort):
+            raise
+        except Exception as exc:
+            from spectune.db import DatabaseError
+            from spectune.space import InvalidConfigError
+
+            known = (DatabaseError, InvalidConfigError, ValueError, OSError)
+            prefix = "" if isinstance(exc, known) else f"unexpected {type(exc).__name__}: "
+            raise click.ClickException(prefix + _one_line(exc)) from None
+
+    return wrapper  # type: ignore[return-value]
+
+
+def _one_line(exc: BaseException) -> str:
+    if isinstance(exc, OSError) and exc.strerror:
+        text = f"{exc.filename}: {exc.strerror}" if exc.filename else exc.strerror
+    else:
+        text = str(exc)
+    lines = text.strip().splitlines()
+    line = lines[0] if lines else type(exc).__name__
+    line = "".join(c if c.isprintable() else "?" for c in line)
+    return line if len(line) <= 400 else line[:397] + "..."
+
+
+def _note(message: str) -> None:
+    click.echo(f"note: {message}", err=True)
+
+
+class _Kernels:
+    """The installed kernel families as the database needs them, or why they are not."""
+
+    def __init__(self) -> None:
+        self.hashes: dict[str, str] = {}
+        self.spaces: Callable[[str, str], Any] | None = None
+        self.problem = ""
+        try:
+            from spectune.kernels import FAMILIES
+        except Exception as exc:
+            self.problem = (
+                f"kernel registry unavailable ({_one_line(exc)}): rows cannot be checked "
+                "against a search space or kernel hash"
+            )
+            return
+        families = dict(FAMILIES)
+        self.hashes = {name: family.source_hash for name, family in families.items()}
+
+        def lookup(kernel: str, backend: str) -> Any:
+            family = families.get(kernel)
+            if family is None:
+                return None
+            try:
+                return family.search_space(backend)
+            except Exception:
+                return None
+
+        self.spaces = lookup
+
+
+def _rows(database: str | None) -> list[tuple[str, Any]]:
+    """(source label, row) pairs: one database, or what readers see."""
+    from spectune.db import effective_rows, open_store
+
+    if database is not None:
+        with open_store(database, readonly=True) as store:
+            return [(store.location, row) for row in store.rows()]
+    return [(source.name, row) for source, row in effective_rows()]
+
+
+def _filter(rows: list[tuple[str, Any]], gpu: str | None, kernel: str | None) -> list[Any]:
+    out = []
+    for label, row in rows:
+        if kernel is not None and row.kernel != kernel:
+            continue
+        if gpu is not None:
+            wanted = gpu.lower()
+            device = row.device
+            if wanted not in device.device_name.lower() and wanted != device.arch.lower():
+                continue
+        out.append((label, row))
+    return out
+
+
+def _table(title: str, columns: Sequence[str], cells: Sequence[Sequence[str]]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+    from rich.text import Text
+
+    table = Table(title=title, title_justify="left")
+    for name in columns:
+        table.add_column(name, overflow="fold")
+    for row in cells:
+        # Text, not str: a stored string is never read as rich markup.
+        table.add_row(*(Text(cell) for cell in row))
+    Console(soft_wrap=False).print(table)
+
+
+def _config_text(config: dict[str, int]) -> str:
+    return ",".join(f"{k}={v}" for k, v in config.items())
+
+
+@click.group()
+def db() -> None:
+    """Tuned-config database: show, validate, export, import, merge, upgrade."""
+
+
+@db.command()
+@click.option("--db", "database", metavar="URL", help=_DB_HELP)
+@click.option("--gpu", help="Only rows of this device (part of its name, or its arch).")
+@click.option("--kernel", help="Only rows of this kernel family.")
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON list of rows.")
+@_clean_errors
+def show(database: str | None, gpu: str | None, kernel: str | None, as_json: bool) -> None:
+    """Show tuned rows (a table, or JSON with --json)."""
+    from spectune.db import rows_to_json
+
+    rows = _filter(_rows(database), gpu, kernel)
+    if as_json:
+        click.echo(rows_to_json(row for _, row in rows), nl=False)
+        return
+    cells = [
+        (
+            row.kernel,
+            row.device.device_name,
+            row.device.arch,
+            str(row.problem.spec_len),
+            str(row.problem.batch),
+            str(row.problem.vocab),
+            row.problem.dtype,
+            "yes" if row.problem.draft_probs else "no",
+            _config_text(row.config),
+            f"{row.tuned.p50:.2f}",
+            f"{row.default.p50:.2f}",
+            f"{row.speedup:.2f}x",
+            row.software.triton,
+            row.tuned_at.strftime("%Y-%m-%d %H:%M"),
+            label,
+        )
+        for label, row in rows
+    ]
+    columns = (
+        "kernel", "device", "arch", "k", "batch", "vocab", "dtype", "draft probs", "config",
+        "p50 µs", "default p50 µs", "speedup", "triton", "tuned (UTC)", "source",
+    )  # fmt: skip
+    _table(f"{len(rows)} tuned rows", columns, cells)
+
+
+@db.command()
+@click.option("--db", "database", metavar="URL", help=_DB_HELP)
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON list of verdicts.")
+@_clean_errors
+def validate(database: str | None, as_json: bool) -> None:
+    """Say for every row whether it is usable on this machine, and why not."""
+    from spectune.db import check_row
+    from spectune.identity import detect_device, detect_software
+
+    rows = _rows(database)
+    kernels = _Kernels()
+    if kernels.problem:
+        _note(kernels.problem)
+    device = detect_device()
+    software = detect_software()
+    verdicts = [
+        (
+            label,
+            row,
+            check_row(
+                row,
+                device=device,
+                software=software,
+                kernel_hashes=kernels.hashes,
+                spaces=kernels.spaces,
+            ),
+        )
+        for label, row in rows
+    ]
+    usable = sum(verdict.usable for _, _, verdict in verdicts)
+    if as_json:
+        payload = [
+            {
+                "source": label,
+                "usable": verdict.usable,
+                "reasons": list(verdict.reasons),
+                "row": row.to_dict(),
+            }
+            for label, row, verdict in verdicts
+        ]
+        click.echo(json.dumps(payload, indent=2))
+    else:
+        cells = [
+            (
+                row.kernel,
+                row.device.device_name,
+                f"k={row.problem.spec_len} batch={row.problem.batch} vocab={row.problem.vocab}"
+                f" {row.problem.dtype}",
+                label,
+                "yes" if verdict.usable else "no",
+                "; ".join(verdict.reasons),
+            )
+            for label, row, verdict in verdicts
+        ]
+        _table(
+            f"{usable} of {len(verdicts)} rows usable on {device.describe()}, "
+            f"triton {software.triton}",
+            ("kernel", "device", "problem", "source", "usable", "why not"),
+            cells,
+        )
+
+
+@db.command(name="export")
+@click.argument("file", type=click.Path(dir_okay=True, writable=True))
+@click.option("--db", "database", metavar="URL", help=_DB_HELP)
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["json", "csv", "vllm-json"]),
+    default="json",
+    show_default=True,
+    help="vllm-json: FILE is a directory; one file per kernel and device, named like "
+    "vLLM's tuned config files.",
+)
+@click.option("--gpu", help="Only rows of this device (part of its name, or its arch).")
+@click.option("--kernel", help="Only rows of this kernel family.")
+@_clean_errors
+def export_(file: str, database: str | None, fmt: str, gpu: str | None, kernel: str | None) -> None:
+    """Write rows to FILE (JSON, CSV, or vLLM-style JSON files)."""
+    from spectune.db import write_rows_file
+
+    rows = [row for _, row in _filter(_rows(database), gpu, kernel)]
+    written = write_rows_file(rows, file, fmt=fmt)
+    click.echo(f"exported {len(rows)} rows to {', '.join(map(str, written)) or file}", err=True)
+
+
+@db.command(name="import")
+@click.argument("file", type=click.Path(exists=True, dir_okay=False))
+@click.option(
+    "--into", "--db", "database", metavar="URL",
+    help="Database to import into. Default: SPECTUNE_DB, else the user database.",
+)  # fmt: skip
+@click.option(
+    "--format", "fmt", type=click.Choice(["json", "csv"]), help="Default: by FILE's suffix."
+)
+@_clean_errors
+def import_(file: str, database: str | None, fmt: str | None) -> None:
+    """Import rows from a JSON or CSV FILE (all or nothing; conflicts by promotion rule)."""
+    from spectune.db import import_rows
+
+    kernels = _Kernels()
+    if kernels.problem:
+        _note(kernels.problem)
+    report = import_rows(file, into=database, fmt=fmt, spaces=kernels.spaces)
+    click.echo(f"imported {report.describe()}", err=True)
+
+
+@db.command()
+@click.argument("sources", nargs=-1, required=True, metavar="SRC...")
+@click.option("--into", "into", required=True, metavar="DST", help="Destination database.")
+@_clean_errors
+def merge(sources: tuple[str, ...], into: str) -> None:
+    """Merge databases SRC... into DST.
+
+    On a key present in several, the faster config is kept only when the difference is
+    significant by the tuner's promotion rule; both provenances are kept.
+    """
+    from spectune.db import merge_databases
+
+    kernels = _Kernels()
+    if kernels.problem:
+        _note(kernels.problem)
+    report = merge_databases(list(sources), into=into, spaces=kernels.spaces)
+    click.echo(f"merged {report.describe()}", err=True)
+
+
+@db.command()
+@click.option(
+    "--db", "database", metavar="URL", help="Default: SPECTUNE_DB, else the user database."
+)
+@_clean_errors
+def upgrade(database: str | None) -> None:
+    """Create or upgrade a database's schema to the current revision."""
+    from spectune.db import display_url, parse_target, upgrade_database, write_target
+
+    url = write_target() if database is None else parse_target(database)
+    before, after = upgrade_database(url)
+    where = display_url(url)
+    if before == after:
+        click.echo(f"{where}: already at schema revision {after}", err=True)
+    else:
+        click.echo(f"{where}: schema revision {before or '(new)'} -> {after}", err=True)

@@ -1,0 +1,119 @@
+"""Engines for SQLite and PostgreSQL, and the translation of driver errors into clear ones.
+
+SQLite writers use WAL with ``synchronous=NORMAL`` (a killed process never leaves a
+half-written file; committed transactions survive a crash of the process), a busy
+timeout, and ``BEGIN IMMEDIATE`` so concurrent writers queue instead of failing when
+they upgrade a read lock. Readers open the file with ``mode=ro`` (the shipped database
+also ``immutable=1``), so reading never creates or changes a file.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from urllib.parse import quote
+
+from sqlalchemy import create_engine, event
+from sqlalchemy.engine import URL, Engine
+from sqlalchemy.exc import SQLAlchemyError
+
+from spectune.db._errors import DatabaseError, NotADatabaseError
+
+__all__ = ["BUSY_TIMEOUT_S", "make_engine", "translate_errors"]
+
+#: How long a SQLite writer waits for another writer's lock before giving up.
+BUSY_TIMEOUT_S = 30.0
+
+
+def make_engine(url: URL, *, readonly: bool, immutable: bool = False) -> Engine:
+    """An engine for ``url``.
+
+    Args:
+        url: A SQLite or ``postgresql+psycopg`` URL (see ``parse_target``).
+        readonly: Open without the right to write (SQLite: the file must exist).
+        immutable: SQLite only: the file never changes while open (shipped database).
+
+    Raises:
+        NotADatabaseError: a read-only SQLite file that does not exist.
+    """
+    if url.get_backend_name() == "sqlite":
+        return _sqlite_engine(url, readonly=readonly, immutable=immutable)
+    connect_args: dict[str, object] = {"connect_timeout": 10}
+    if readonly:
+        connect_args["options"] = "-c default_transaction_read_only=on"
+    return create_engine(url, connect_args=connect_args)
+
+
+def _sqlite_engine(url: URL, *, readonly: bool, immutable: bool) -> Engine:
+    path = Path(url.database or "")
+    if readonly:
+        if not path.is_file():
+            raise NotADatabaseError(f"no database file at {path}")
+        query = {"mode": "ro", "uri": "true"}
+        if immutable:
+            query["immutable"] = "1"
+        url = URL.create("sqlite", database=f"file:{quote(str(path.absolute()))}", query=query)
+    else:
+        path.absolute().parent.mkdir(parents=True, exist_ok=True)
+    engine = create_engine(url, connect_args={"timeout": BUSY_TIMEOUT_S})
+
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_connection, connection_record) -> None:  # type: ignore[no-untyped-def]
+        # Let SQLAlchemy's "begin" event below start transactions, not the driver.
+        dbapi_connection.isolation_level = None
+        if not readonly:
+            cursor = dbapi_connection.cursor()
+            cursor.execute("PRAGMA journal_mode=WAL")
+            cursor.execute("PRAGMA synchronous=NORMAL")
+            cursor.close()
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(connection) -> None:  # type: ignore[no-untyped-def]
+        connection.exec_driver_sql("BEGIN" if readonly else "BEGIN IMMEDIATE")
+
+    return engine
+
+
+_SQLITE_MESSAGES = (
+    (re.compile(r"file is not a database|file is encrypted"), "is not a SQLite database"),
+    (re.compile(r"malformed|corrupt"), "is corrupt"),
+    (re.compile(r"unable to open database"), "cannot be opened"),
+    (re.compile(r"readonly database|read-only"), "is read-only here"),
+    (re.compile(r"database is locked|database table is locked"), "is locked by another writer"),
+)
+
+
+@contextmanager
+def translate_errors(location: str) -> Iterator[None]:
+    """Turn SQLAlchemy and driver errors inside the block into a one-line ``DatabaseError``."""
+    try:
+        yield
+    except SQLAlchemyError as exc:
+        raise _translate(exc, location) from None
+
+
+def _translate(exc: SQLAlchemyError, location: str) -> DatabaseError:
+    orig = getattr(exc, "orig", None)
+    detail = _first_line(str(orig) if orig is not None else str(exc))
+    module = type(orig).__module__ if orig is not None else ""
+    if module.startswith("sqlite3"):
+        for pattern, what in _SQLITE_MESSAGES:
+            if pattern.search(detail):
+                if what in ("is not a SQLite database", "is corrupt"):
+                    return NotADatabaseError(f"{location} {what} ({detail})")
+                if what == "is locked by another writer":
+                    return DatabaseError(
+                        f"{location} {what} (waited {BUSY_TIMEOUT_S:g} s); try again later"
+                    )
+                return DatabaseError(f"{location} {what} ({detail})")
+    if module.startswith("psycopg") and "connect" in type(orig).__name__.lower() + detail:
+        return DatabaseError(f"cannot connect to {location}: {detail}")
+    return DatabaseError(f"{location}: {detail}")
+
+
+def _first_line(text: str) -> str:
+    line = text.strip().splitlines()[0] if text.strip() else "unknown error"
+    line = "".join(c if c.isprintable() else "?" for c in line)
+    return line if len(line) <= 200 else line[:197] + "..."

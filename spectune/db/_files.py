@@ -1,0 +1,265 @@
+"""Rows in files: JSON and CSV (export and import), vLLM-style JSON (export only).
+
+- ``json``: a list of row objects with the keys of :data:`spectune.db._row.FIELDS`
+  (what ``spectune db show --json`` prints).
+- ``csv``: one row per line, the same columns; ``config`` and ``history`` as JSON text.
+- ``vllm-json``: one file per kernel family and device, named like vLLM's tuned config
+  files (``kernel=rejection_sample,device_name=AMD_Instinct_MI300X.json``), holding
+  ``{problem: {batch: config}}``. It lacks the identity needed to validate rows, so it
+  cannot be imported.
+
+Files are parsed with ``json`` and ``csv`` only; nothing read is ever executed.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+from spectune.db._errors import InvalidRowError
+from spectune.db._names import check_name
+from spectune.db._row import FIELDS, TunedRow
+
+__all__ = [
+    "EXPORT_FORMATS",
+    "IMPORT_FORMATS",
+    "read_rows_file",
+    "rows_to_json",
+    "vllm_file_name",
+    "vllm_tables",
+    "write_rows_file",
+]
+
+EXPORT_FORMATS = ("json", "csv", "vllm-json")
+IMPORT_FORMATS = ("json", "csv")
+
+_INT_FIELDS = frozenset({"cu_count", "warp_size", "spec_len", "batch", "vocab", "trials"})
+_FLOAT_FIELDS = frozenset(
+    {
+        "tuned_p20_us",
+        "tuned_p50_us",
+        "tuned_p80_us",
+        "default_p20_us",
+        "default_p50_us",
+        "default_p80_us",
+        "speedup",
+        "tuning_seconds",
+    }
+)
+_JSON_FIELDS = frozenset({"config", "history"})
+_MAX_FILE_BYTES = 256 * 1024 * 1024
+
+
+def rows_to_json(rows: Iterable[TunedRow]) -> str:
+    """The rows as a JSON list (indented, keys in :data:`FIELDS` order)."""
+    return json.dumps([row.to_dict() for row in rows], indent=2, allow_nan=False) + "\n"
+
+
+def write_rows_file(
+    rows: Sequence[TunedRow], path: str | os.PathLike[str], *, fmt: str
+) -> list[Path]:
+    """Write ``rows`` to ``path`` in ``fmt``.
+
+    Args:
+        rows: The rows.
+        path: A file (``json``, ``csv``) or a directory, created if needed (``vllm-json``).
+        fmt: One of :data:`EXPORT_FORMATS`.
+
+    Returns:
+        The files written.
+    """
+    if fmt not in EXPORT_FORMATS:
+        raise ValueError(f"fmt must be one of {EXPORT_FORMATS}, got {fmt!r}")
+    target = Path(path)
+    if fmt == "json":
+        _write_text(target, rows_to_json(rows))
+        return [target]
+    if fmt == "csv":
+        _write_text(target, _rows_to_csv(rows))
+        return [target]
+    target.mkdir(parents=True, exist_ok=True)
+    written = []
+    for name, table in vllm_tables(rows).items():
+        file = target / name
+        _write_text(file, json.dumps(table, indent=4, sort_keys=False) + "\n")
+        written.append(file)
+    return written
+
+
+def read_rows_file(path: str | os.PathLike[str], *, fmt: str | None = None) -> list[TunedRow]:
+    """Read rows written by :func:`write_rows_file` (``json`` or ``csv``).
+
+    Args:
+        path: The file.
+        fmt: One of :data:`IMPORT_FORMATS`; ``None`` picks by the file's suffix.
+
+    Raises:
+        InvalidRowError: naming the file and, for a bad row, its number (from 1).
+        OSError: the file cannot be read.
+    """
+    file = Path(path)
+    if fmt is None:
+        fmt = file.suffix.lower().lstrip(".")
+        if fmt not in IMPORT_FORMATS:
+            raise InvalidRowError(
+                f"{file}: cannot tell the format from the suffix; pass a format "
+                f"({', '.join(IMPORT_FORMATS)})"
+            )
+    if fmt not in IMPORT_FORMATS:
+        raise InvalidRowError(
+            f"cannot import format {fmt!r}; importable: {', '.join(IMPORT_FORMATS)}"
+        )
+    if file.stat().st_size > _MAX_FILE_BYTES:
+        raise InvalidRowError(f"{file}: larger than {_MAX_FILE_BYTES // 2**20} MiB")
+    try:
+        text = file.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise InvalidRowError(f"{file}: not UTF-8 text") from None
+    records = _parse_json(file, text) if fmt == "json" else _parse_csv(file, text)
+    rows = []
+    for number, record in enumerate(records, start=1):
+        try:
+            rows.append(TunedRow.from_dict(record))
+        except InvalidRowError as exc:
+            raise InvalidRowError(f"{file}: row {number}: {exc}") from None
+    return rows
+
+
+def vllm_file_name(*, kernel: str, device_name: str) -> str:
+    """File name of a kernel's tuned configs for one device, in vLLM's style."""
+    check_name("kernel", kernel)
+    check_name("device_name", device_name)
+    return f"kernel={kernel},device_name={device_name}.json"
+
+
+def vllm_tables(rows: Iterable[TunedRow]) -> dict[str, dict[str, Any]]:
+    """The contents of the ``vllm-json`` files, file name -> JSON object.
+
+    Each file maps ``"spec_len=K,vocab=V,dtype=D,draft_probs=B"`` to ``{batch: config}``
+    (batch as a string, like vLLM's files). Where rows of one device name differ only
+    in Triton version, CU count or kernel hash, the most recently tuned one is kept.
+    ``triton_version`` is set when every row of the file shares one.
+    """
+    chosen: dict[tuple[str, str, int], TunedRow] = {}
+    for row in sorted(rows, key=lambda r: r.tuned_at):
+        p = row.problem
+        problem = (
+            f"spec_len={p.spec_len},vocab={p.vocab},dtype={p.dtype},"
+            f"draft_probs={str(p.draft_probs).lower()}"
+        )
+        name = vllm_file_name(kernel=row.kernel, device_name=row.device.device_name)
+        chosen[(name, problem, p.batch)] = row
+    tables: dict[str, dict[str, Any]] = {}
+    tritons: dict[str, set[str]] = {}
+    for (name, problem, batch), row in sorted(chosen.items(), key=lambda item: item[0]):
+        tables.setdefault(name, {}).setdefault(problem, {})[str(batch)] = dict(row.config)
+        tritons.setdefault(name, set()).add(row.software.triton)
+    for name, versions in tritons.items():
+        if len(versions) == 1:
+            tables[name] = {"triton_version": versions.pop(), **tables[name]}
+    return tables
+
+
+def _rows_to_csv(rows: Iterable[TunedRow]) -> str:
+    out = io.StringIO()
+    writer = csv.DictWriter(out, fieldnames=FIELDS, lineterminator="\n")
+    writer.writeheader()
+    for row in rows:
+        record = row.to_dict()
+        for name in _JSON_FIELDS:
+            record[name] = json.dumps(record[name], separators=(",", ":"), allow_nan=False)
+        record["draft_probs"] = "true" if record["draft_probs"] else "false"
+        for name in _FLOAT_FIELDS:
+            record[name] = repr(float(record[name]))
+        writer.writerow(record)
+    return out.getvalue()
+
+
+def _parse_json(file: Path, text: str) -> list[Any]:
+    try:
+        data = json.loads(text, parse_constant=_reject_constant)
+    except (ValueError, RecursionError) as exc:
+        raise InvalidRowError(f"{file}: not valid JSON ({_one_line(exc)})") from None
+    if not isinstance(data, list):
+        raise InvalidRowError(f"{file}: expected a JSON list of rows, got {type(data).__name__}")
+    return data
+
+
+def _parse_csv(file: Path, text: str) -> list[dict[str, Any]]:
+    reader = csv.DictReader(io.StringIO(text, newline=""))
+    try:
+        header = reader.fieldnames or []
+        unknown = [h for h in header if h not in FIELDS]
+        missing = [f for f in FIELDS if f not in header]
+        if unknown or missing or len(header) != len(set(header)):
+            raise InvalidRowError(
+                f"{file}: CSV header must be the row fields; unknown "
+                f"{[ascii(h) for h in unknown][:5]}, missing {missing[:5]}"
+            )
+        records = []
+        for number, raw in enumerate(reader, start=1):
+            try:
+                records.append(_csv_record(raw))
+            except ValueError as exc:
+                raise InvalidRowError(f"{file}: row {number}: {exc}") from None
+        return records
+    except csv.Error as exc:
+        raise InvalidRowError(f"{file}: not valid CSV ({_one_line(exc)})") from None
+
+
+def _csv_record(raw: dict[str | None, Any]) -> dict[str, Any]:
+    if None in raw or any(value is None for value in raw.values()):
+        raise ValueError("wrong number of fields")
+    record: dict[str, Any] = {}
+    for name, value in raw.items():
+        assert name is not None
+        if name in _INT_FIELDS:
+            record[name] = _csv_int(name, value)
+        elif name in _FLOAT_FIELDS:
+            record[name] = _csv_float(name, value)
+        elif name in _JSON_FIELDS:
+            try:
+                record[name] = json.loads(value, parse_constant=_reject_constant)
+            except (ValueError, RecursionError):
+                raise ValueError(f"{name} is not valid JSON") from None
+        elif name == "draft_probs":
+            if value not in ("true", "false"):
+                raise ValueError(f"draft_probs must be true or false, got {ascii(value)[:40]}")
+            record[name] = value == "true"
+        else:
+            record[name] = value
+    return record
+
+
+def _csv_int(name: str, value: str) -> int:
+    if not value.strip().lstrip("-").isdigit() or len(value) > 12:
+        raise ValueError(f"{name} must be an integer, got {ascii(value)[:40]}")
+    return int(value)
+
+
+def _csv_float(name: str, value: str) -> float:
+    try:
+        return float(value)
+    except ValueError:
+        raise ValueError(f"{name} must be a number, got {ascii(value)[:40]}") from None
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not allowed")
+
+
+def _write_text(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def _one_line(exc: BaseException) -> str:
+    lines = str(exc).strip().splitlines()
+    return lines[0][:200] if lines else type(exc).__name__

@@ -1,0 +1,249 @@
+"""The never-raising reader the vLLM plugin uses: one load, then O(1) lookups.
+
+:func:`load_index` reads every source once (``SPECTUNE_DB``, the user database, the
+shipped one; first wins per key), keeps only rows usable on the running system (see
+:mod:`spectune.db._checks`) and returns a :class:`ConfigIndex`: a dict keyed by kernel
+and problem (batch bucketed) for the running device and Triton version. A source
+that is absent, corrupt, of another schema or unreachable is logged and skipped;
+nothing here raises.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import Text, cast, func, select, tuple_
+
+from spectune.db._buckets import batch_bucket
+from spectune.db._checks import Checker, Spaces
+from spectune.db._engine import make_engine, translate_errors
+from spectune.db._errors import DatabaseError
+from spectune.db._locations import Source, default_sources
+from spectune.db._models import TunedConfigRecord
+from spectune.db._schema import inspect_schema, require_current
+from spectune.identity import DeviceIdentity, SoftwareIdentity
+from spectune.space import Problem
+
+__all__ = ["ConfigIndex", "SourceReport", "load_index"]
+
+logger = logging.getLogger("spectune.db")
+
+_t = TunedConfigRecord
+_DEVICE_COLUMNS = (_t.backend, _t.arch, _t.device_name, _t.cu_count, _t.warp_size)
+_COLUMNS = (
+    _t.kernel,
+    _t.spec_len,
+    _t.batch,
+    _t.vocab,
+    _t.dtype,
+    _t.draft_probs,
+    cast(_t.config, Text),
+)
+
+
+@dataclass(frozen=True)
+class SourceReport:
+    """What loading one source found.
+
+    Attributes:
+        name: ``SPECTUNE_DB``, ``user``, ``shipped`` or a caller's label.
+        location: File path or URL (without password).
+        status: ``read``, ``absent`` or ``error``.
+        rows: Rows it holds.
+        usable: Rows usable on the running system.
+        used: Usable rows not overridden by an earlier source.
+        error: The one-line reason when ``status`` is ``error``.
+    """
+
+    name: str
+    location: str
+    status: str
+    rows: int = 0
+    usable: int = 0
+    used: int = 0
+    error: str = ""
+
+    def describe(self) -> str:
+        if self.status == "absent":
+            return f"{self.name} {self.location} (absent)"
+        if self.status == "error":
+            return f"{self.name} {self.location} (skipped: {self.error})"
+        return (
+            f"{self.name} {self.location} ({self.rows} rows, {self.usable} usable here, "
+            f"{self.used} used)"
+        )
+
+
+class ConfigIndex:
+    """Tuned configs usable on the running system, in memory.
+
+    :meth:`lookup` is a dict lookup; it returns ``None`` when no usable row matches, in
+    which case callers use the kernel's deterministic default config.
+
+    Args:
+        running: The running device's identity fields and Triton version the entries
+            were loaded for.
+        entries: ``(kernel, spec_len, batch bucket, vocab, dtype, draft_probs)`` ->
+            config.
+        sources: What loading each source found.
+    """
+
+    def __init__(
+        self,
+        *,
+        running: tuple[Any, ...] = (),
+        entries: Mapping[tuple[Any, ...], dict[str, int]] | None = None,
+        sources: Sequence[SourceReport] = (),
+    ) -> None:
+        self._running = running
+        self._entries = dict(entries or {})
+        self.sources = tuple(sources)
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def lookup(
+        self,
+        *,
+        device: DeviceIdentity,
+        software: SoftwareIdentity,
+        kernel: str,
+        problem: Problem,
+    ) -> dict[str, int] | None:
+        """The tuned config for ``problem`` (batch looked up at its bucket), or ``None``.
+
+        Never raises: arguments of the wrong kind simply find nothing.
+        """
+        try:
+            running = (
+                device.backend,
+                device.arch,
+                device.device_name,
+                device.cu_count,
+                device.warp_size,
+                software.triton,
+            )
+            if running != self._running:
+                return None
+            config = self._entries.get(
+                (
+                    kernel,
+                    problem.spec_len,
+                    batch_bucket(problem.batch),
+                    problem.vocab,
+                    problem.dtype,
+                    problem.draft_probs,
+                )
+            )
+        except Exception:  # never raise into the serving path
+            logger.debug("spectune tuned-config lookup failed", exc_info=True)
+            return None
+        return None if config is None else dict(config)
+
+    def describe(self) -> str:
+        """One line for a log: how many configs, from which databases."""
+        parts = "; ".join(s.describe() for s in self.sources) or "no databases"
+        return f"spectune: {len(self)} tuned configs usable here, from {parts}"
+
+
+def load_index(
+    *,
+    device: DeviceIdentity,
+    software: SoftwareIdentity,
+    kernel_hashes: Mapping[str, str],
+    spaces: Spaces | None = None,
+    sources: Sequence[Source] | None = None,
+) -> ConfigIndex:
+    """Load the tuned configs usable on the running system. Never raises.
+
+    Args:
+        device: The running device (``spectune.identity.detect_device()``).
+        software: The running software (``spectune.identity.detect_software()``).
+        kernel_hashes: Kernel family name -> source hash of the installed kernels;
+            rows of other hashes or families are not used.
+        spaces: Search spaces of the running backend, kernel name -> space (or a
+            ``(kernel, backend) -> space`` callable); rows whose config is outside are
+            not used. ``None`` checks only the shape of configs.
+        sources: Databases to read, first wins per key; ``None`` means
+            :func:`spectune.db.default_sources`.
+
+    Returns:
+        The index; empty (with the reason logged and in ``sources``) when nothing could
+        be read.
+    """
+    try:
+        checker = Checker(
+            device=device, software=software, kernel_hashes=kernel_hashes, spaces=spaces
+        )
+        if sources is None:
+            sources = default_sources()
+    except Exception as exc:  # bad arguments or a bad SPECTUNE_DB: log, use defaults
+        logger.warning("spectune: tuned configs not loaded: %s", _one_line(exc))
+        return ConfigIndex()
+    entries: dict[tuple[Any, ...], dict[str, int]] = {}
+    reports = [_load_source(source, checker, entries) for source in sources]
+    running = (*checker.running_device, checker.software.triton)
+    index = ConfigIndex(running=running, entries=entries, sources=reports)
+    logger.info("%s", index.describe())
+    return index
+
+
+def _load_source(
+    source: Source, checker: Checker, entries: dict[tuple[Any, ...], dict[str, int]]
+) -> SourceReport:
+    location = source.location
+    try:
+        is_file = source.url.get_backend_name() == "sqlite"
+        if is_file and not Path(source.url.database or "").exists():
+            return SourceReport(name=source.name, location=location, status="absent")
+        # Only rows of the running device, Triton version and kernel sources can be
+        # usable: let the database filter them, then check configs here.
+        running = zip(_DEVICE_COLUMNS, checker.running_device, strict=True)
+        query = select(*_COLUMNS).where(
+            *(column == value for column, value in running),
+            _t.triton_version == checker.software.triton,
+            tuple_(_t.kernel, _t.kernel_hash).in_(list(checker.kernel_hashes.items())),
+        )
+        engine = make_engine(source.url, readonly=True, immutable=source.immutable)
+        try:
+            with translate_errors(location), engine.connect() as connection:
+                require_current(inspect_schema(connection), location=location)
+                total = connection.execute(select(func.count()).select_from(_t)).scalar_one()
+                result = connection.execute(query).all()
+        finally:
+            engine.dispose()
+        usable = used = 0
+        usable_config = checker.usable_config
+        for kernel, k, batch, vocab, dtype, draft, text in result:
+            config = usable_config(kernel, text)
+            if config is None:
+                continue
+            usable += 1
+            key = (kernel, k, batch, vocab, dtype, draft)
+            if key not in entries:
+                entries[key] = config
+                used += 1
+        return SourceReport(
+            name=source.name,
+            location=location,
+            status="read",
+            rows=total,
+            usable=usable,
+            used=used,
+        )
+    except Exception as exc:  # a reader the serving path uses never raises
+        message = _one_line(exc)
+        logger.warning("spectune: skipping tuned-config database %s: %s", location, message)
+        if not isinstance(exc, DatabaseError):
+            logger.debug("details", exc_info=True)
+        return SourceReport(name=source.name, location=location, status="error", error=message)
+
+
+def _one_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    line = text[0] if text else type(exc).__name__
+    return line if len(line) <= 300 else line[:297] + "..."

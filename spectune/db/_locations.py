@@ -1,0 +1,152 @@
+"""Where databases are: the environment override, the user database, the shipped one.
+
+Readers look in this order, and an earlier source's row wins over a later one's with
+the same key:
+
+1. ``SPECTUNE_DB``: a database URL (``sqlite:///…``, ``postgresql+psycopg://…``) or a
+   file path; also where writers write when it is set;
+2. the user database, ``platformdirs.user_data_dir("spectune")/spectune.db`` (embedded
+   SQLite); ``SPECTUNE_USER_DB`` (a path) moves it, which tests use;
+3. the database shipped inside the package, opened read-only.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from sqlalchemy.engine import URL, make_url
+from sqlalchemy.exc import ArgumentError
+
+from spectune.db._errors import DatabaseError
+
+__all__ = [
+    "ENV_DB",
+    "ENV_USER_DB",
+    "Source",
+    "default_sources",
+    "display_url",
+    "parse_target",
+    "shipped_db_path",
+    "user_db_path",
+    "write_target",
+]
+
+#: Environment variable naming the database to read first and to write to.
+ENV_DB = "SPECTUNE_DB"
+#: Environment variable moving the user database (a file path).
+ENV_USER_DB = "SPECTUNE_USER_DB"
+
+_SUPPORTED = ("sqlite", "postgresql")
+
+
+@dataclass(frozen=True)
+class Source:
+    """One database readers look in.
+
+    Attributes:
+        name: ``SPECTUNE_DB``, ``user`` or ``shipped`` (or a caller's label).
+        url: Where it is.
+        immutable: Whether the file never changes (the shipped database): SQLite then
+            opens it without locking or journal files.
+    """
+
+    name: str
+    url: URL
+    immutable: bool = False
+
+    @property
+    def location(self) -> str:
+        return display_url(self.url)
+
+
+def user_db_path() -> Path:
+    """Path of the user database (it may not exist yet)."""
+    override = os.environ.get(ENV_USER_DB)
+    if override:
+        return Path(override).expanduser()
+    import platformdirs
+
+    return Path(platformdirs.user_data_dir("spectune")) / "spectune.db"
+
+
+def shipped_db_path() -> Path:
+    """Path of the read-only database shipped inside the package."""
+    return Path(__file__).resolve().parent.parent / "data" / "tuned.db"
+
+
+def parse_target(target: str | os.PathLike[str]) -> URL:
+    """Turn a database URL or a file path into a URL.
+
+    Args:
+        target: ``sqlite:///path``, ``postgresql+psycopg://user@host/db``, or a path
+            (relative paths are taken from the current directory).
+
+    Raises:
+        DatabaseError: for an empty target, an unparsable URL or a database other than
+            SQLite or PostgreSQL.
+    """
+    if isinstance(target, os.PathLike):
+        return _sqlite_url(Path(target))
+    if not isinstance(target, str) or not target.strip():
+        raise DatabaseError(f"database must be a URL or a path, got {target!r}")
+    if "://" not in target:
+        return _sqlite_url(Path(target))
+    try:
+        url = make_url(target)
+    except ArgumentError:
+        raise DatabaseError(f"cannot parse database URL {_redact(target)}") from None
+    backend = url.get_backend_name()
+    if backend not in _SUPPORTED:
+        raise DatabaseError(
+            f"unsupported database {backend!r} in {display_url(url)}: use a file path, "
+            "sqlite:///PATH or postgresql+psycopg://USER@HOST/DB"
+        )
+    if backend == "postgresql" and url.drivername != "postgresql+psycopg":
+        raise DatabaseError(
+            f"use the psycopg driver for PostgreSQL (postgresql+psycopg://...), "
+            f"got {url.drivername!r}"
+        )
+    if backend == "sqlite" and url.database in (None, "", ":memory:"):
+        raise DatabaseError("an in-memory SQLite database cannot hold tuned configs")
+    return url
+
+
+def display_url(url: URL) -> str:
+    """The URL for messages: the file path for SQLite, the URL without password else."""
+    if url.get_backend_name() == "sqlite" and url.database:
+        return url.database
+    return url.render_as_string(hide_password=True)
+
+
+def write_target() -> URL:
+    """Where writers write: ``SPECTUNE_DB`` when set, else the user database."""
+    env = os.environ.get(ENV_DB)
+    return parse_target(env) if env else _sqlite_url(user_db_path())
+
+
+def default_sources() -> list[Source]:
+    """The databases readers look in, first wins (see the module docstring).
+
+    Raises:
+        DatabaseError: when ``SPECTUNE_DB`` is set but not a usable URL or path.
+    """
+    sources = []
+    env = os.environ.get(ENV_DB)
+    if env:
+        sources.append(Source(name=ENV_DB, url=parse_target(env)))
+    sources.append(Source(name="user", url=_sqlite_url(user_db_path())))
+    sources.append(Source(name="shipped", url=_sqlite_url(shipped_db_path()), immutable=True))
+    return sources
+
+
+def _sqlite_url(path: Path) -> URL:
+    return URL.create("sqlite", database=str(path.expanduser().absolute()))
+
+
+def _redact(text: str) -> str:
+    try:
+        return display_url(make_url(text))
+    except ArgumentError:
+        return "(unparsable)"
