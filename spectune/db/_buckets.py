@@ -3,7 +3,7 @@
 The rule: a batch ``b`` goes to the power of two nearest to it on a log scale,
 ``2 ** round(log2(b))``. Integers never fall exactly between two buckets (that would
 need ``b = 2**n * sqrt(2)``), so there are no ties: 3 -> 4, 5 -> 4, 6 -> 8, 11 -> 8,
-12 -> 16, 23 -> 16, 24 -> 32. There is no largest bucket.
+12 -> 16, 22 -> 16, 23 -> 32. There is no largest bucket.
 """
 
 from __future__ import annotations

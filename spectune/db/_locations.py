@@ -95,7 +95,7 @@ def parse_target(target: str | os.PathLike[str]) -> URL:
         return _sqlite_url(Path(target))
     try:
         url = make_url(target)
-    except ArgumentError:
+    except (ArgumentError, ValueError):
         raise DatabaseError(f"cannot parse database URL {_redact(target)}") from None
     backend = url.get_backend_name()
     if backend not in _SUPPORTED:
@@ -148,5 +148,5 @@ def _sqlite_url(path: Path) -> URL:
 def _redact(text: str) -> str:
     try:
         return display_url(make_url(text))
-    except ArgumentError:
+    except (ArgumentError, ValueError):
         return "(unparsable)"

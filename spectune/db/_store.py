@@ -271,7 +271,14 @@ class Store:
         stored: dict[RowKey, tuple[TunedConfigRecord, TunedRow]] = {}
         for start in range(0, len(keys), _KEYS_PER_QUERY):
             chunk = keys[start : start + _KEYS_PER_QUERY]
-            query = select(TunedConfigRecord).where(tuple_(*_KEY_COLUMNS).in_(chunk))
+            # FOR UPDATE: a concurrent PostgreSQL writer of the same keys waits for this
+            # transaction instead of overwriting its history (SQLite ignores it; its
+            # writers are serialized by BEGIN IMMEDIATE).
+            query = (
+                select(TunedConfigRecord)
+                .where(tuple_(*_KEY_COLUMNS).in_(chunk))
+                .with_for_update()
+            )
             for record in session.scalars(query):
                 row = self._to_row(record)
                 stored[row.key] = (record, row)

@@ -1,0 +1,110 @@
+"""Validators: a row is used only where it was measured, with a config of the space."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from spectune.db import check_row
+
+from .conftest import CONFIG, H200, KERNEL, KERNEL_HASH, MI300X, SOFTWARE, SPACE, make_row
+
+HASHES = {KERNEL: KERNEL_HASH}
+
+
+def verdict(row, **overrides):  # type: ignore[no-untyped-def]
+    arguments = {"device": MI300X, "software": SOFTWARE, "kernel_hashes": HASHES,
+                 "spaces": {KERNEL: SPACE}} | overrides  # fmt: skip
+    return check_row(row, **arguments)
+
+
+def test_matching_row_is_usable() -> None:
+    result = verdict(make_row())
+    assert result.usable
+    assert result.reasons == ()
+    assert result.describe() == "usable"
+
+
+def test_other_device_is_named_field_by_field() -> None:
+    result = verdict(make_row(device=H200, config={"BLOCK_V": 1024, "num_warps": 4}))
+    assert not result.usable
+    (reason,) = result.reasons
+    assert "backend 'cuda' (here 'hip')" in reason
+    assert "device_name 'NVIDIA_H200' (here 'AMD_Instinct_MI300X')" in reason
+
+
+def test_cu_count_alone_matters() -> None:
+    partition = replace(MI300X, cu_count=38)
+    result = verdict(make_row(device=partition))
+    assert result.reasons == ("measured on another device: cu_count 38 (here 304)",)
+
+
+def test_triton_version_and_kernel_hash() -> None:
+    result = verdict(make_row(software=replace(SOFTWARE, triton="3.1.0"), kernel_hash="beef"))
+    assert result.reasons == (
+        "triton 3.1.0 (here 3.2.0)",
+        f"kernel source hash beef (here {KERNEL_HASH})",
+    )
+
+
+def test_torch_and_runtime_versions_are_not_checked() -> None:
+    assert verdict(make_row(software=replace(SOFTWARE, torch="9.0", runtime="hip-7"))).usable
+
+
+def test_unknown_kernel_family() -> None:
+    result = verdict(make_row(kernel="other"), spaces={KERNEL: SPACE})
+    assert result.reasons == (
+        "kernel family 'other' is not installed here",
+        "no search space for kernel family 'other' on hip",
+    )
+
+
+@pytest.mark.parametrize(
+    ("config", "message"),
+    [
+        ({"BLOCK_V": 1024, "num_warps": 4, "waves_per_eu": 1, "extra": 1}, "unknown config key"),
+        ({"BLOCK_V": 1000, "num_warps": 4, "waves_per_eu": 1}, "power of two"),
+        ({"BLOCK_V": 4096, "num_warps": 4, "waves_per_eu": 1}, "is not one of"),
+        ({"BLOCK_V": 256, "num_warps": 8, "waves_per_eu": 1}, "violates"),
+        ({"BLOCK_V": 1024, "num_warps": 4}, "missing config key"),
+    ],
+)
+def test_config_outside_the_space(config: dict[str, int], message: str) -> None:
+    result = verdict(make_row(config=config))
+    assert not result.usable
+    (reason,) = result.reasons
+    assert reason.startswith("config not in the search space")
+    assert message in reason
+
+
+def test_space_applies_per_backend() -> None:
+    # waves_per_eu is HIP-only: a CUDA row carrying it is invalid on CUDA.
+    cuda_row = make_row(device=H200, config=CONFIG)
+    result = verdict(cuda_row, device=H200)
+    assert result.reasons == (
+        "config not in the search space: unknown config key(s) ['waves_per_eu']; "
+        "known: ['BLOCK_V', 'num_warps']",
+    )
+
+
+def test_spaces_as_a_callable_and_none() -> None:
+    seen = []
+
+    def lookup(kernel: str, backend: str):  # type: ignore[no-untyped-def]
+        seen.append((kernel, backend))
+        return SPACE.for_backend(backend)
+
+    assert verdict(make_row(), spaces=lookup).usable
+    assert seen == [(KERNEL, "hip")]
+    # Without spaces only the shape is checked: a non-power-of-two tile passes.
+    assert verdict(make_row(config={"BLOCK_V": 1000}), spaces=None).usable
+    with pytest.raises(TypeError, match="spaces"):
+        verdict(make_row(), spaces=42)
+
+
+def test_arguments_are_checked() -> None:
+    with pytest.raises(TypeError, match="row"):
+        check_row({}, device=MI300X, software=SOFTWARE, kernel_hashes=HASHES)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="device"):
+        check_row(make_row(), device="MI300X", software=SOFTWARE, kernel_hashes=HASHES)  # type: ignore[arg-type]

@@ -1,0 +1,172 @@
+"""TunedRow: checked when built, exact round trips, strict parsing of hostile input."""
+
+from __future__ import annotations
+
+import math
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+import pytest
+
+from spectune.db import FIELDS, KEY_FIELDS, InvalidRowError, Provenance, TunedRow
+from spectune.identity import DeviceIdentity
+from spectune.promotion import Timing
+
+from .conftest import T0, make_row
+
+
+def test_round_trip_through_dict_is_exact() -> None:
+    history = (make_row(host="old", p50=12.0, tuned_at=T0 - timedelta(days=3)).provenance,)
+    row = make_row(p50=10.123456789, history=history)
+    data = row.to_dict()
+    assert tuple(data) == FIELDS
+    assert TunedRow.from_dict(data) == row
+    assert data["speedup"] == pytest.approx(15.0 / 10.123456789)
+    assert data["history"][0]["host"] == "old"
+
+
+def test_key_has_the_key_fields() -> None:
+    row = make_row()
+    data = row.to_dict()
+    assert row.key == tuple(data[name] for name in KEY_FIELDS)
+    assert make_row(batch=16).key != row.key
+    assert make_row(kernel_hash="ffff").key != row.key
+    # Measurements and provenance are not part of the key.
+    assert make_row(p50=3.0, host="elsewhere").key == row.key
+
+
+def test_tuned_at_is_stored_in_utc() -> None:
+    plus_two = timezone(timedelta(hours=2))
+    row = make_row(tuned_at=datetime(2026, 1, 2, 5, 4, 5, tzinfo=plus_two))
+    assert row.tuned_at == datetime(2026, 1, 2, 3, 4, 5, tzinfo=timezone.utc)
+    assert row.tuned_at.utcoffset() == timedelta(0)
+
+
+def test_naive_time_is_rejected() -> None:
+    with pytest.raises(ValueError, match="timezone-aware"):
+        make_row(tuned_at=datetime(2026, 1, 1))
+
+
+def test_batch_must_be_a_bucket() -> None:
+    with pytest.raises(ValueError, match=r"batch_bucket\(48\) = 64"):
+        make_row(batch=48)
+
+
+@pytest.mark.parametrize(
+    ("config", "message"),
+    [
+        ({"BLOCK_V": -64}, "must not be negative"),
+        ({"BLOCK_V": 1.5}, "must be an integer"),
+        ({"BLOCK_V": True}, "must be an integer"),
+        ({"BLOCK_V": "64"}, "must be an integer"),
+        ({"BLOCK-V": 64}, "identifier"),
+        ({"__import__('os')": 1}, "identifier"),
+        ({}, "must not be empty"),
+        ({"BLOCK_V": 2**40}, "too large"),
+    ],
+)
+def test_bad_configs(config: dict[str, Any], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        make_row(config=config)
+
+
+HOSTILE_NAMES = [
+    "x'; DROP TABLE tuned_configs; --",
+    "../../etc/passwd",
+    "a/b",
+    "MI300X\n",
+    "gfx942\x00",
+    "名前",
+    "",
+    "-flag",
+    "A" * 129,
+    "dev name",
+]
+
+
+@pytest.mark.parametrize("name", HOSTILE_NAMES)
+def test_hostile_device_names_are_rejected(name: str) -> None:
+    with pytest.raises(ValueError, match="device_name"):
+        make_row(
+            device=DeviceIdentity(
+                backend="hip", arch="gfx942", device_name=name, cu_count=304, warp_size=64
+            )
+        )
+
+
+@pytest.mark.parametrize("name", HOSTILE_NAMES)
+def test_hostile_kernel_names_are_rejected(name: str) -> None:
+    with pytest.raises(ValueError, match="kernel"):
+        make_row(kernel=name)
+
+
+@pytest.mark.parametrize(
+    "text", ["evil\x1b[31mred", "line\nbreak", "bidi\u202eoverride", "nul\x00", "x" * 257]
+)
+def test_hostile_host_text_is_rejected(text: str) -> None:
+    with pytest.raises(ValueError, match="host"):
+        make_row(host=text)
+
+
+def test_printable_text_with_markup_and_quotes_is_kept() -> None:
+    row = make_row(host="[bold]node[/bold] 'a' \"b\" ; --", study="étude / ünïcode")
+    assert TunedRow.from_dict(row.to_dict()).host == "[bold]node[/bold] 'a' \"b\" ; --"
+
+
+def test_unknown_backend_and_bad_counts() -> None:
+    with pytest.raises(ValueError, match="backend"):
+        make_row(device=DeviceIdentity("rocm", "gfx942", "X", 304, 64))
+    with pytest.raises(ValueError, match="cu_count"):
+        make_row(device=DeviceIdentity("hip", "gfx942", "X", 0, 64))
+    with pytest.raises(ValueError, match="warp_size"):
+        make_row(device=DeviceIdentity("hip", "gfx942", "X", 304, -1))
+    with pytest.raises(ValueError, match="trials"):
+        make_row(trials=-1)
+    with pytest.raises(ValueError, match="tuning_seconds"):
+        make_row(tuning_seconds=math.nan)
+
+
+def _edit(**changes: Any) -> dict[str, Any]:
+    data = make_row().to_dict()
+    data.update(changes)
+    return data
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        (_edit(extra=1), "unknown key"),
+        ({k: v for k, v in make_row().to_dict().items() if k != "vocab"}, "lacks key"),
+        (_edit(speedup=2.0), "speedup"),
+        (_edit(tuned_p50_us=math.nan), "tuned timing"),
+        (_edit(default_p20_us=99.0), "default timing"),
+        (_edit(tuned_at="yesterday"), "ISO 8601"),
+        (_edit(tuned_at="2026-01-01T00:00:00"), "UTC offset"),
+        (_edit(cu_count="304"), "cu_count"),
+        (_edit(spec_len=0), "spec_len"),
+        (_edit(dtype="float8"), "dtype"),
+        (_edit(draft_probs="yes"), "draft_probs"),
+        (_edit(history={"a": 1}), "history"),
+        (_edit(history=[{"host": "x"}]), "history entry"),
+        (_edit(config=[["BLOCK_V", 64]]), "config"),
+        ([1, 2, 3], "must be an object"),
+    ],
+)
+def test_from_dict_is_strict(data: Any, message: str) -> None:
+    with pytest.raises(InvalidRowError, match=message):
+        TunedRow.from_dict(data)
+
+
+def test_provenance_round_trip_and_identity() -> None:
+    entry = Provenance(
+        host="h",
+        study="s",
+        tuned_at=T0,
+        trials=3,
+        tuning_seconds=1.5,
+        config={"BLOCK_V": 512},
+        tuned=Timing(1.0, 2.0, 3.0),
+    )
+    assert Provenance.from_dict(entry.to_dict()) == entry
+    assert entry.identity == ("h", "s", T0)
+    assert make_row(host="h", study="s").provenance.identity == entry.identity

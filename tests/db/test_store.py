@@ -1,0 +1,156 @@
+"""Store: recording by the promotion rule, reading back exactly, warm-start queries.
+
+Every test runs on an embedded SQLite file and on PostgreSQL.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from spectune.db import DatabaseError, Outcome, Store, open_store
+from spectune.identity import DeviceIdentity
+from spectune.space import Problem
+
+from .conftest import H200, KERNEL, MI300X, SOFTWARE, later, make_row
+
+
+@pytest.fixture
+def store(db_url: str) -> Store:
+    with open_store(db_url) as opened:
+        yield opened
+
+
+def test_new_database_is_empty_and_round_trips_rows(store: Store) -> None:
+    assert store.count() == 0
+    rows = [
+        make_row(),
+        make_row(batch=16, config={"BLOCK_V": 512, "num_warps": 2}),
+        make_row(device=H200, config={"BLOCK_V": 2048, "num_warps": 8}, p50=7.77777777),
+    ]
+    report = store.record_many(rows)
+    assert (report.inserted, report.total) == (3, 3)
+    assert store.count() == 3
+    assert sorted(store.rows(), key=lambda r: r.key) == sorted(rows, key=lambda r: r.key)
+
+
+def test_recording_the_same_measurement_twice_changes_nothing(store: Store) -> None:
+    row = make_row()
+    assert store.record(row) is Outcome.INSERTED
+    assert store.record(row) is Outcome.UNCHANGED
+    assert store.rows() == [row]
+
+
+def test_significantly_faster_row_replaces_and_keeps_provenance(store: Store) -> None:
+    old = make_row(p50=10.0, host="node-a", study="s1")
+    new = make_row(p50=9.0, host="node-b", study="s2", tuned_at=later(5),
+                   config={"BLOCK_V": 2048, "num_warps": 8})  # fmt: skip
+    store.record(old)
+    assert store.record(new) is Outcome.REPLACED
+    (stored,) = store.rows()
+    assert stored.config == new.config
+    assert stored.tuned == new.tuned
+    assert stored.host == "node-b"
+    assert [h.identity for h in stored.history] == [old.provenance.identity]
+    assert stored.history[0].config == old.config
+
+
+def test_insignificant_gain_keeps_incumbent_and_both_provenances(store: Store) -> None:
+    old = make_row(p50=10.0)
+    # 2% faster: below the 3% threshold.
+    new = make_row(p50=9.8, spread=0.01, host="node-b", tuned_at=later(5),
+                   config={"BLOCK_V": 512, "num_warps": 2})  # fmt: skip
+    store.record(old)
+    assert store.record(new) is Outcome.KEPT
+    (stored,) = store.rows()
+    assert stored.config == old.config
+    assert [h.host for h in stored.history] == ["node-b"]
+    # Overlapping ranges also keep the incumbent, even at a 5% median gain.
+    noisy = make_row(p50=9.5, spread=1.0, host="node-c", tuned_at=later(9))
+    assert store.record(noisy) is Outcome.KEPT
+    assert [h.host for h in store.rows()[0].history] == ["node-b", "node-c"]
+
+
+def test_min_gain_is_passed_through(store: Store) -> None:
+    store.record(make_row(p50=10.0))
+    faster = make_row(p50=9.0, spread=0.01, host="b", tuned_at=later(1))
+    assert store.record(faster, min_gain=0.2) is Outcome.KEPT
+    assert store.record(faster, min_gain=0.05) is Outcome.REPLACED
+
+
+def test_duplicate_keys_within_one_batch_are_resolved_in_order(store: Store) -> None:
+    rows = [make_row(p50=10.0), make_row(p50=5.0, host="b", tuned_at=later(1)),
+            make_row(p50=9.0, host="c", tuned_at=later(2))]  # fmt: skip
+    report = store.record_many(rows)
+    assert (report.inserted, report.replaced, report.kept) == (1, 1, 1)
+    (stored,) = store.rows()
+    assert stored.host == "b"
+    assert {h.host for h in stored.history} == {"node-a", "c"}
+
+
+def test_rows_filters(store: Store) -> None:
+    store.record_many([make_row(), make_row(device=H200), make_row(kernel="other_kernel")])
+    assert {r.device.device_name for r in store.rows(kernel=KERNEL)} == {
+        "AMD_Instinct_MI300X",
+        "NVIDIA_H200",
+    }
+    assert [r.kernel for r in store.rows(device_name="NVIDIA_H200")] == [KERNEL]
+    assert store.rows(device_name="nope") == []
+
+
+def test_best_configs_near(store: Store) -> None:
+    configs = [{"BLOCK_V": v, "num_warps": 4} for v in (256, 512, 1024, 2048)]
+    store.record_many(
+        [
+            make_row(spec_len=4, batch=8, config=configs[0], p50=10.0),
+            make_row(spec_len=4, batch=16, config=configs[1]),
+            make_row(spec_len=8, batch=64, config=configs[2]),
+            make_row(spec_len=2, batch=8, config=configs[0], p50=5.0),  # same config again
+            make_row(spec_len=4, batch=8, dtype="float32", config=configs[3]),  # other dtype
+            make_row(spec_len=4, batch=8, device=H200, config=configs[3]),  # other device
+        ]
+    )
+    near = store.best_configs_near(
+        kernel=KERNEL, device=MI300X, problem=Problem(4, 10, 128256, "bfloat16", True)
+    )
+    assert [r.config["BLOCK_V"] for r in near] == [256, 512, 1024]
+    assert (near[0].problem.spec_len, near[0].problem.batch) == (4, 8)
+    assert len(store.best_configs_near(kernel=KERNEL, device=MI300X, problem=near[0].problem,
+                                       limit=1)) == 1  # fmt: skip
+    assert store.best_configs_near(
+        kernel=KERNEL, device=MI300X, problem=near[0].problem, triton="9.9"
+    ) == []
+    other = DeviceIdentity("hip", "gfx942", "AMD_Instinct_MI300X", 80, 64)  # a partition
+    assert store.best_configs_near(kernel=KERNEL, device=other, problem=near[0].problem) == []
+
+
+def test_best_configs_near_validates_arguments(store: Store) -> None:
+    with pytest.raises(ValueError, match="limit"):
+        store.best_configs_near(kernel=KERNEL, device=MI300X, problem=Problem(1, 1, 8), limit=0)
+    with pytest.raises(TypeError, match="problem"):
+        store.best_configs_near(kernel=KERNEL, device=MI300X, problem=(1, 1, 8))  # type: ignore[arg-type]
+
+
+def test_read_only_store_refuses_writes(db_url: str) -> None:
+    with open_store(db_url) as writer:
+        writer.record(make_row())
+    with open_store(db_url, readonly=True) as reader:
+        assert reader.count() == 1
+        with pytest.raises(DatabaseError, match="read-only"):
+            reader.record(make_row(batch=2))
+
+
+def test_record_many_rejects_non_rows(store: Store) -> None:
+    with pytest.raises(TypeError, match=r"rows\[1\]"):
+        store.record_many([make_row(), {"kernel": KERNEL}])  # type: ignore[list-item]
+    assert store.count() == 0
+
+
+def test_software_other_than_triton_is_not_part_of_the_key(store: Store) -> None:
+    from dataclasses import replace
+
+    store.record(make_row())
+    newer_torch = make_row(software=replace(SOFTWARE, torch="2.7.0"), host="b", tuned_at=later(1))
+    assert store.record(newer_torch) is Outcome.KEPT
+    other_triton = make_row(software=replace(SOFTWARE, triton="3.3.0"))
+    assert store.record(other_triton) is Outcome.INSERTED
+    assert store.count() == 2
