@@ -14,7 +14,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import func, select, tuple_
+from sqlalchemy import and_, func, or_, select
 from sqlalchemy.engine import URL, Engine
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
@@ -33,8 +33,8 @@ from spectune.space import Problem
 __all__ = ["RecordReport", "Store", "open_store", "upgrade_database"]
 
 _KEY_COLUMNS = tuple(getattr(TunedConfigRecord, name) for name in KEY_FIELDS)
-# Rows per "key IN (...)" query: 13 parameters each stays far below SQLite's limit.
-_KEYS_PER_QUERY = 500
+# Keys per lookup query: 13 parameters each stays far below SQLite's limit.
+_KEYS_PER_QUERY = 100
 # Concurrent PostgreSQL writers may insert the same new key; the loser retries.
 _RETRIES = 5
 
@@ -274,11 +274,13 @@ class Store:
             # FOR UPDATE: a concurrent PostgreSQL writer of the same keys waits for this
             # transaction instead of overwriting its history (SQLite ignores it; its
             # writers are serialized by BEGIN IMMEDIATE).
-            query = (
-                select(TunedConfigRecord)
-                .where(tuple_(*_KEY_COLUMNS).in_(chunk))
-                .with_for_update()
+            # OR of equalities, not a row-value IN: SQLite searches the unique index
+            # for each key instead of scanning it.
+            matches = (
+                and_(*(column == value for column, value in zip(_KEY_COLUMNS, key, strict=True)))
+                for key in chunk
             )
+            query = select(TunedConfigRecord).where(or_(*matches)).with_for_update()
             for record in session.scalars(query):
                 row = self._to_row(record)
                 stored[row.key] = (record, row)

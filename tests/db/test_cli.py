@@ -1,0 +1,323 @@
+"""``spectune db``: the commands, and one clear line (never a traceback) on every error."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner, Result
+from sqlalchemy import create_engine, text
+
+from spectune.cli import main
+from spectune.db import open_store, parse_target, read_rows_file, rows_to_json, write_rows_file
+
+from .conftest import ASSETS, H200, make_row
+
+REPO = Path(__file__).resolve().parents[2]
+# The rejection kernel's real space on HIP (the CLI checks against the registry).
+HIP_CONFIG = {"BLOCK_V": 1024, "SPLITS": 1, "num_warps": 4, "num_stages": 2, "waves_per_eu": 0}
+CUDA_CONFIG = {"BLOCK_V": 2048, "SPLITS": 2, "num_warps": 8, "num_stages": 1}
+
+
+def run(*args: str, env: dict[str, str] | None = None) -> Result:
+    return CliRunner().invoke(main, ["db", *args], env={"COLUMNS": "250", **(env or {})})
+
+
+def assert_clean_failure(result: Result, *fragments: str) -> str:
+    """Exit 1 with exactly one line on stderr, naming the problem, and no traceback."""
+    assert result.exit_code == 1, (result.stdout, result.stderr)
+    assert isinstance(result.exception, SystemExit)
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("Error: ")
+    for fragment in fragments:
+        assert fragment in lines[0]
+    assert "Traceback" not in result.output
+    return lines[0]
+
+
+@pytest.fixture
+def user_db(tmp_path: Path) -> Path:
+    """The user database (SPECTUNE_USER_DB from conftest) with three rows."""
+    path = tmp_path / "home" / "spectune.db"
+    with open_store(path) as store:
+        store.record_many(
+            [
+                make_row(config=HIP_CONFIG),
+                make_row(batch=16, config=HIP_CONFIG, kernel="other_kernel"),
+                make_row(device=H200, config=CUDA_CONFIG),
+            ]
+        )
+    return path
+
+
+def test_show_table_and_filters(user_db: Path) -> None:
+    result = run("show")
+    assert result.exit_code == 0, result.output
+    assert "3 tuned rows" in result.stdout
+    assert "AMD_Instinct_MI300X" in result.stdout and "NVIDIA_H200" in result.stdout
+    assert "BLOCK_V=1024,SPLITS=1" in result.stdout
+    assert "1.50x" in result.stdout
+    assert "2 tuned rows" in run("show", "--gpu", "mi300x").stdout
+    assert "1 tuned rows" in run("show", "--gpu", "sm_90").stdout
+    assert "1 tuned rows" in run("show", "--kernel", "other_kernel").stdout
+    assert "0 tuned rows" in run("show", "--gpu", "gfx90a").stdout
+
+
+def test_show_json_is_the_rows(user_db: Path) -> None:
+    result = run("show", "--json")
+    assert result.exit_code == 0
+    with open_store(user_db, readonly=True) as store:
+        assert json.loads(result.stdout) == json.loads(rows_to_json(store.rows()))
+    filtered = json.loads(run("show", "--json", "--gpu", "H200").stdout)
+    assert [row["device_name"] for row in filtered] == ["NVIDIA_H200"]
+
+
+def test_show_one_database_prints_strings_literally(tmp_path: Path) -> None:
+    path = tmp_path / "[bold red]x[/bold red].db"
+    with open_store(path) as store:
+        store.record(make_row())
+    result = run("show", "--db", str(path))
+    assert result.exit_code == 0
+    assert "[bold red]x[/bold red].db" in result.stdout
+
+
+def test_show_with_no_databases(tmp_path: Path) -> None:
+    result = run("show")
+    assert result.exit_code == 0
+    assert "0 tuned rows" in result.stdout
+
+
+def test_export_import_round_trip(user_db: Path, tmp_path: Path) -> None:
+    for fmt in ("json", "csv"):
+        out = tmp_path / f"rows.{fmt}"
+        # Rows of a kernel family not installed here cannot be checked: not importable.
+        result = run("export", str(out), "--format", fmt)
+        assert result.exit_code == 0, result.output
+        assert "exported 3 rows" in result.stderr
+        target = tmp_path / f"imported-{fmt}.db"
+        assert_clean_failure(
+            run("import", str(out), "--into", str(target)),
+            "no search space for kernel family 'other_kernel'",
+        )
+        result = run("export", str(out), "--format", fmt, "--kernel", "rejection_sample")
+        assert "exported 2 rows" in result.stderr
+        result = run("import", str(out), "--into", str(target))
+        assert result.exit_code == 0, result.output
+        assert "2 inserted" in result.stderr
+        with open_store(target, readonly=True) as a, open_store(user_db, readonly=True) as b:
+            assert a.rows() == b.rows(kernel="rejection_sample")
+
+
+def test_export_vllm_json(user_db: Path, tmp_path: Path) -> None:
+    result = run("export", str(tmp_path / "vllm"), "--format", "vllm-json", "--gpu", "H200")
+    assert result.exit_code == 0, result.output
+    (file,) = (tmp_path / "vllm").iterdir()
+    assert file.name == "kernel=rejection_sample,device_name=NVIDIA_H200.json"
+    table = json.loads(file.read_text())
+    assert table["spec_len=4,vocab=128256,dtype=bfloat16,draft_probs=true"] == {"8": CUDA_CONFIG}
+
+
+def test_import_defaults_to_the_user_database(tmp_path: Path) -> None:
+    path = tmp_path / "rows.json"
+    write_rows_file([make_row(config=HIP_CONFIG)], path, fmt="json")
+    result = run("import", str(path))
+    assert result.exit_code == 0, result.output
+    with open_store(tmp_path / "home" / "spectune.db", readonly=True) as store:
+        assert store.count() == 1
+
+
+def test_merge_command(tmp_path: Path) -> None:
+    a, b, dst = (str(tmp_path / n) for n in ("a.db", "b.db", "dst.db"))
+    with open_store(a) as store:
+        store.record(make_row(config=HIP_CONFIG, p50=10.0, host="a"))
+    with open_store(b) as store:
+        store.record(make_row(config={**HIP_CONFIG, "BLOCK_V": 2048}, p50=8.0, host="b"))
+    result = run("merge", a, b, "--into", dst)
+    assert result.exit_code == 0, result.output
+    assert "1 replaced" in result.stderr
+    with open_store(dst, readonly=True) as store:
+        (row,) = store.rows()
+    assert (row.host, [h.host for h in row.history]) == ("b", ["a"])
+
+
+def test_upgrade_command(tmp_path: Path) -> None:
+    old = tmp_path / "old.db"
+    shutil.copyfile(ASSETS / "schema_0001.db", old)
+    assert_clean_failure(run("show", "--db", str(old)), "older than", "spectune db upgrade")
+    result = run("upgrade", "--db", str(old))
+    assert result.exit_code == 0
+    assert "schema revision 0001 -> 0002" in result.stderr
+    assert "2 tuned rows" in run("show", "--db", str(old)).stdout
+    assert "already at schema revision 0002" in run("upgrade", "--db", str(old)).stderr
+
+
+def _running_row() -> Any:
+    from spectune.identity import detect_device, detect_software
+    from spectune.kernels import FAMILIES
+
+    device = detect_device()
+    family = FAMILIES["rejection_sample"]
+    config = next(iter(family.search_space(device.backend)))
+    return make_row(device=device, software=detect_software(), kernel_hash=family.source_hash,
+                    config=config)  # fmt: skip
+
+
+def test_validate_says_why_rows_are_not_usable(user_db: Path) -> None:
+    with open_store(user_db) as store:
+        store.record(_running_row())
+    result = run("validate", "--json")
+    assert result.exit_code == 0, result.output
+    verdicts = json.loads(result.stdout)
+    assert len(verdicts) == 4
+    usable = [v for v in verdicts if v["usable"]]
+    assert [v["row"]["backend"] for v in usable] == ["cpu-interpreter"]
+    other = next(v for v in verdicts if v["row"]["kernel"] == "other_kernel")
+    assert any("measured on another device" in r for r in other["reasons"])
+    assert "kernel family 'other_kernel' is not installed here" in other["reasons"]
+    assert any(r.startswith("triton 3.2.0 (here ") for r in other["reasons"])
+    table = run("validate")
+    assert table.exit_code == 0
+    assert "1 of 4 rows usable on cpu" in table.stdout
+
+
+def test_cli_works_without_the_kernel_registry(
+    user_db: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(sys.modules, "spectune.kernels", None)  # import now fails
+    result = run("validate")
+    assert result.exit_code == 0, result.output
+    assert "note: kernel registry unavailable" in result.stderr
+    assert "0 of 3 rows usable" in result.stdout
+    path = tmp_path / "rows.json"
+    write_rows_file([make_row(config={"BLOCK_V": 1000})], path, fmt="json")
+    result = run("import", str(path), "--into", str(tmp_path / "x.db"))
+    assert result.exit_code == 0  # only the shape can be checked
+    assert "cannot be checked against a search space" in result.stderr
+
+
+def _file(tmp_path: Path, name: str, content: bytes) -> str:
+    path = tmp_path / name
+    path.write_bytes(content)
+    return str(path)
+
+
+def _db_with(tmp_path: Path, statement: str) -> str:
+    path = str(tmp_path / "altered.db")
+    with open_store(path) as store:
+        store.record(make_row())
+    engine = create_engine(parse_target(path))
+    with engine.begin() as connection:
+        connection.execute(text(statement))
+    engine.dispose()
+    return path
+
+
+BROKEN_DATABASES = {
+    "text file": (lambda t: _file(t, "notes.db", b"hello\n" * 300), "is not a SQLite database"),
+    "corrupt": (lambda t: _file(t, "c.db", b"SQLite format 3\x00" + b"\xab" * 5000),
+                "c.db"),
+    "missing": (lambda t: str(t / "nope.db"), "no database file"),
+    "newer schema": (lambda t: _db_with(t, "UPDATE alembic_version SET version_num = '0042'"),
+                     "newer spectune"),
+    "missing table": (lambda t: _db_with(t, "DROP TABLE tuned_configs"), "missing table"),
+    "foreign": (lambda t: _db_with(t, "DROP TABLE alembic_version"), "not a spectune database"),
+    "bad url": (lambda t: "mysql://root@localhost/x", "unsupported database 'mysql'"),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("case", sorted(BROKEN_DATABASES))
+@pytest.mark.parametrize("command", ["show", "validate", "export"])
+def test_broken_databases_fail_cleanly(case: str, command: str, tmp_path: Path) -> None:
+    make, fragment = BROKEN_DATABASES[case]
+    target = make(tmp_path)
+    args = [command, "--db", target] if command != "export" else [
+        command, str(tmp_path / "out.json"), "--db", target]  # fmt: skip
+    assert_clean_failure(run(*args), fragment)
+
+
+def test_broken_user_database_fails_cleanly(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "spectune.db").write_bytes(b"garbage" * 1000)
+    assert_clean_failure(run("show"), "spectune.db is not a SQLite database")
+
+
+def _rows_file(tmp_path: Path, **changes: Any) -> str:
+    data = json.loads(rows_to_json([make_row(config=HIP_CONFIG)]))
+    data[0].update(changes)
+    path = tmp_path / "rows.json"
+    path.write_text(json.dumps(data))
+    return str(path)
+
+
+BAD_IMPORTS = {
+    "unknown key": ({"config": {**HIP_CONFIG, "BLOCK_Q": 64}}, "unknown config key"),
+    "not a power of two": ({"config": {**HIP_CONFIG, "BLOCK_V": 1000}}, "power of two"),
+    "negative": ({"config": {**HIP_CONFIG, "num_warps": -4}}, "must not be negative"),
+    "sql in a name": ({"device_name": "x'); DROP TABLE tuned_configs;--"}, "device_name"),
+    "path in a name": ({"kernel": "../../etc/passwd"}, "kernel must be"),
+    "escape codes": ({"host": "\x1b]0;pwned\x07"}, "control or format characters"),
+    "speedup lie": ({"speedup": 99.0}, "speedup"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_IMPORTS))
+def test_bad_imports_fail_cleanly_and_write_nothing(case: str, tmp_path: Path) -> None:
+    changes, fragment = BAD_IMPORTS[case]
+    target = tmp_path / "into.db"
+    message = assert_clean_failure(
+        run("import", _rows_file(tmp_path, **changes), "--into", str(target)), "row 1", fragment
+    )
+    assert "\x1b" not in message
+    assert not target.exists()
+
+
+def test_bad_files_fail_cleanly(tmp_path: Path) -> None:
+    assert_clean_failure(run("import", _file(tmp_path, "a.json", b"[{")), "not valid JSON")
+    assert_clean_failure(run("import", _file(tmp_path, "a.txt", b"[]")), "pass a format")
+    assert_clean_failure(run("import", _file(tmp_path, "b.csv", b"a,b\n1,2\n")), "CSV header")
+    blocked = _file(tmp_path, "file", b"")
+    result = run("export", str(Path(blocked) / "out.json"))
+    assert_clean_failure(result, f"{blocked}: File exists")
+
+
+def test_merge_with_an_invalid_source_fails_cleanly(tmp_path: Path) -> None:
+    good = str(tmp_path / "good.db")
+    with open_store(good) as store:
+        store.record(make_row(config=HIP_CONFIG))
+    bad = _file(tmp_path, "bad.db", b"\x00garbage" * 100)
+    dst = tmp_path / "dst.db"
+    assert_clean_failure(run("merge", good, bad, "--into", str(dst)), "bad.db")
+    assert not dst.exists()
+    invalid = str(tmp_path / "invalid.db")
+    with open_store(invalid) as store:
+        store.record(make_row(config={**HIP_CONFIG, "BLOCK_V": 96}))
+    assert_clean_failure(run("merge", good, invalid, "--into", str(dst)), "power of two")
+
+
+def test_real_process_prints_one_line_and_exits_non_zero(tmp_path: Path) -> None:
+    bad = _file(tmp_path, "bad.db", b"definitely not sqlite\n" * 50)
+    completed = subprocess.run(
+        [sys.executable, "-c", "from spectune.cli import main; main()", "db", "show", "--db", bad],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert completed.returncode == 1
+    assert completed.stdout == ""
+    assert completed.stderr.strip().splitlines() == [
+        f"Error: {bad} is not a SQLite database (file is not a database)"
+    ]
+
+
+def test_exported_rows_read_back_with_the_api(user_db: Path, tmp_path: Path) -> None:
+    out = tmp_path / "all.csv"
+    assert run("export", str(out), "--format", "csv", "--kernel", "other_kernel").exit_code == 0
+    assert [r.kernel for r in read_rows_file(out)] == ["other_kernel"]

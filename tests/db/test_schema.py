@@ -1,0 +1,202 @@
+"""Schema revisions and Alembic migrations, including a checked-in database of revision 0001."""
+
+from __future__ import annotations
+
+import logging
+import shutil
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pytest
+from alembic.autogenerate import compare_metadata
+from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from sqlalchemy import create_engine, inspect, text
+
+from spectune.db import (
+    HEAD_REVISION,
+    REVISIONS,
+    NotADatabaseError,
+    SchemaError,
+    SchemaTooNewError,
+    SchemaTooOldError,
+    Source,
+    load_index,
+    open_store,
+    parse_target,
+    upgrade_database,
+)
+from spectune.db._models import Base
+from spectune.db._schema import migrations_dir
+
+from .conftest import ASSETS, KERNEL, KERNEL_HASH, MI300X, SOFTWARE, later, make_row
+
+
+def engine_for(target: str):  # type: ignore[no-untyped-def]
+    return create_engine(parse_target(target))
+
+
+def test_revisions_are_the_migration_scripts() -> None:
+    config = Config()
+    config.set_main_option("script_location", str(migrations_dir()))
+    script = ScriptDirectory.from_config(config)
+    assert script.get_heads() == [HEAD_REVISION]
+    walked = [rev.revision for rev in script.walk_revisions()]
+    assert list(reversed(walked)) == list(REVISIONS)
+
+
+def test_migrations_build_exactly_the_model(db_url: str) -> None:
+    assert upgrade_database(db_url) == (None, HEAD_REVISION)
+    engine = engine_for(db_url)
+    try:
+        with engine.connect() as connection:
+            diffs = compare_metadata(MigrationContext.configure(connection), Base.metadata)
+            version = connection.execute(text("SELECT version_num FROM alembic_version")).scalar()
+    finally:
+        engine.dispose()
+    assert diffs == []
+    assert version == HEAD_REVISION
+    assert upgrade_database(db_url) == (HEAD_REVISION, HEAD_REVISION)
+
+
+@pytest.fixture
+def old_file(tmp_path: Path) -> Path:
+    """A copy of the checked-in database of schema revision 0001."""
+    copy = tmp_path / "schema_0001.db"
+    shutil.copyfile(ASSETS / "schema_0001.db", copy)
+    return copy
+
+
+def test_checked_in_0001_file_is_upgraded_with_its_rows(old_file: Path) -> None:
+    with pytest.raises(SchemaTooOldError, match="spectune db upgrade"):
+        open_store(old_file, readonly=True)
+    assert upgrade_database(old_file) == ("0001", HEAD_REVISION)
+    with open_store(old_file, readonly=True) as store:
+        rows = store.rows()
+    assert [(r.device.device_name, r.problem.batch, r.problem.vocab) for r in rows] == [
+        ("NVIDIA_H200", 64, 151936),
+        ("AMD_Instinct_MI300X", 8, 128256),
+    ]
+    mi300x = rows[1]
+    assert mi300x.config == {"BLOCK_V": 1024, "num_warps": 4, "waves_per_eu": 1}
+    assert mi300x.speedup == 1.5
+    assert mi300x.tuned_at == datetime(2025, 11, 1, 12, 0, tzinfo=timezone.utc)
+    assert mi300x.history == ()
+    assert rows[0].tuned_at == datetime(2025, 11, 2, 8, 30, 0, 250000, tzinfo=timezone.utc)
+    # The upgraded file takes new rows and histories.
+    with open_store(old_file) as store:
+        faster = make_row(p50=5.0, host="new", tuned_at=later(1))
+        assert store.record(faster).value == "replaced"
+        (replaced,) = store.rows(device_name="AMD_Instinct_MI300X")
+    assert [h.host for h in replaced.history] == ["node-a"]
+
+
+def test_writers_upgrade_an_older_database_readers_skip_it(
+    old_file: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level(logging.WARNING):
+        index = load_index(
+            device=MI300X,
+            software=SOFTWARE,
+            kernel_hashes={KERNEL: KERNEL_HASH},
+            sources=[Source(name="old", url=parse_target(str(old_file)))],
+        )
+    assert index.sources[0].status == "error"
+    assert "older than this spectune" in index.sources[0].error
+    with open_store(old_file) as store:
+        assert store.count() == 2
+    with open_store(old_file, readonly=True) as store:
+        assert store.count() == 2
+
+
+def test_asset_is_still_revision_0001() -> None:
+    engine = engine_for(str(ASSETS / "schema_0001.db"))
+    try:
+        with engine.connect() as connection:
+            version = connection.execute(text("SELECT version_num FROM alembic_version")).scalar()
+            assert version == "0001"
+            columns = {c["name"] for c in inspect(connection).get_columns("tuned_configs")}
+    finally:
+        engine.dispose()
+    assert "history" not in columns
+
+
+def _set_revision(target: str, revision: str) -> None:
+    engine = engine_for(target)
+    try:
+        with engine.begin() as connection:
+            connection.execute(text("UPDATE alembic_version SET version_num = :r"), {"r": revision})
+    finally:
+        engine.dispose()
+
+
+def test_newer_schema_is_refused_everywhere(db_url: str) -> None:
+    with open_store(db_url) as store:
+        store.record(make_row())
+    _set_revision(db_url, "0099_from_the_future")
+    for action in (lambda: open_store(db_url, readonly=True), lambda: open_store(db_url),
+                   lambda: upgrade_database(db_url)):  # fmt: skip
+        with pytest.raises(SchemaTooNewError, match="newer spectune"):
+            action()
+    index = load_index(device=MI300X, software=SOFTWARE, kernel_hashes={KERNEL: KERNEL_HASH},
+                       sources=[Source(name="new", url=parse_target(db_url))])  # fmt: skip
+    assert index.sources[0].status == "error"
+    assert "0099_from_the_future" in index.sources[0].error
+
+
+def _execute(target: str, statement: str) -> None:
+    engine = engine_for(target)
+    try:
+        with engine.begin() as connection:
+            connection.execute(text(statement))
+    finally:
+        engine.dispose()
+
+
+def test_missing_table(db_url: str) -> None:
+    upgrade_database(db_url)
+    _execute(db_url, "DROP TABLE tuned_configs")
+    with pytest.raises(SchemaError, match="missing table 'tuned_configs'"):
+        open_store(db_url, readonly=True)
+    with pytest.raises(SchemaError, match="missing table"):
+        open_store(db_url)
+
+
+def test_missing_column(db_url: str) -> None:
+    upgrade_database(db_url)
+    _execute(db_url, "ALTER TABLE tuned_configs DROP COLUMN study")
+    with pytest.raises(SchemaError, match=r"lacks column\(s\) \['study'\]"):
+        open_store(db_url, readonly=True)
+
+
+def test_another_applications_database_is_left_alone(tmp_path: Path) -> None:
+    path = str(tmp_path / "app.db")
+    _execute(path, "CREATE TABLE users (id INTEGER PRIMARY KEY, name TEXT)")
+    with pytest.raises(NotADatabaseError, match="not a spectune database"):
+        open_store(path)
+    engine = engine_for(path)
+    try:
+        with engine.connect() as connection:
+            assert inspect(connection).get_table_names() == ["users"]
+    finally:
+        engine.dispose()
+
+
+def test_missing_revision_row(tmp_path: Path) -> None:
+    path = str(tmp_path / "x.db")
+    upgrade_database(path)
+    _execute(path, "DELETE FROM alembic_version")
+    with pytest.raises(NotADatabaseError, match="not a spectune database"):
+        open_store(path)
+
+
+def test_empty_file_becomes_a_database(tmp_path: Path) -> None:
+    path = tmp_path / "empty.db"
+    path.touch()
+    with pytest.raises(NotADatabaseError, match="no spectune tables"):
+        open_store(path, readonly=True)
+    with open_store(path) as store:
+        store.record(make_row())
+    with open_store(path, readonly=True) as store:
+        assert store.count() == 1
