@@ -80,7 +80,10 @@ def config_problem(
             return f"config[{key!r}] is not a non-negative integer: {value!r}"
     if lookup is None:
         return None
-    space = lookup(kernel, backend)
+    try:
+        space = lookup(kernel, backend)
+    except Exception as exc:  # a caller's lookup failing makes the row unusable, no more
+        return f"no search space for kernel family {kernel!r} on {backend} ({exc})"
     if space is None:
         return f"no search space for kernel family {kernel!r} on {backend}"
     try:

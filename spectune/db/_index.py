@@ -22,7 +22,7 @@ from spectune.db._buckets import batch_bucket
 from spectune.db._checks import Checker, Spaces
 from spectune.db._engine import make_engine, translate_errors
 from spectune.db._errors import DatabaseError
-from spectune.db._locations import Source, default_sources
+from spectune.db._locations import ENV_DB, Source, default_sources, fallback_sources
 from spectune.db._models import TunedConfigRecord
 from spectune.db._schema import inspect_schema, require_current
 from spectune.identity import DeviceIdentity, SoftwareIdentity
@@ -179,13 +179,22 @@ def load_index(
         checker = Checker(
             device=device, software=software, kernel_hashes=kernel_hashes, spaces=spaces
         )
-        if sources is None:
-            sources = default_sources()
-    except Exception as exc:  # bad arguments or a bad SPECTUNE_DB: log, use defaults
+    except Exception as exc:  # bad arguments: log, the caller uses defaults
         logger.warning("spectune: tuned configs not loaded: %s", _one_line(exc))
         return ConfigIndex()
+    reports: list[SourceReport] = []
+    if sources is None:
+        try:
+            sources = default_sources()
+        except Exception as exc:  # a bad SPECTUNE_DB: skip it, read the others
+            message = _one_line(exc)
+            logger.warning("spectune: skipping %s: %s", ENV_DB, message)
+            reports.append(
+                SourceReport(name=ENV_DB, location="(invalid)", status="error", error=message)
+            )
+            sources = fallback_sources()
     entries: dict[tuple[Any, ...], dict[str, int]] = {}
-    reports = [_load_source(source, checker, entries) for source in sources]
+    reports += [_load_source(source, checker, entries) for source in sources]
     running = (*checker.running_device, checker.software.triton)
     index = ConfigIndex(running=running, entries=entries, sources=reports)
     logger.info("%s", index.describe())

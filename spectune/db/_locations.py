@@ -27,6 +27,7 @@ __all__ = [
     "Source",
     "default_sources",
     "display_url",
+    "fallback_sources",
     "parse_target",
     "shipped_db_path",
     "user_db_path",
@@ -132,13 +133,17 @@ def default_sources() -> list[Source]:
     Raises:
         DatabaseError: when ``SPECTUNE_DB`` is set but not a usable URL or path.
     """
-    sources = []
     env = os.environ.get(ENV_DB)
-    if env:
-        sources.append(Source(name=ENV_DB, url=parse_target(env)))
-    sources.append(Source(name="user", url=_sqlite_url(user_db_path())))
-    sources.append(Source(name="shipped", url=_sqlite_url(shipped_db_path()), immutable=True))
-    return sources
+    first = [Source(name=ENV_DB, url=parse_target(env))] if env else []
+    return [*first, *fallback_sources()]
+
+
+def fallback_sources() -> list[Source]:
+    """The user and the shipped database: what readers look in after ``SPECTUNE_DB``."""
+    return [
+        Source(name="user", url=_sqlite_url(user_db_path())),
+        Source(name="shipped", url=_sqlite_url(shipped_db_path()), immutable=True),
+    ]
 
 
 def _sqlite_url(path: Path) -> URL:

@@ -111,6 +111,15 @@ def test_earlier_source_wins_per_key(tmp_path: Path) -> None:
     ]
 
 
+def test_failing_space_lookup_makes_rows_unusable_not_the_load(tmp_path: Path) -> None:
+    def broken(kernel: str, backend: str) -> None:
+        raise RuntimeError("registry exploded")
+
+    index = load([source("a", write_db(tmp_path / "a.db", [make_row()]))], spaces=broken)
+    assert len(index) == 0
+    assert (index.sources[0].status, index.sources[0].rows) == ("read", 1)
+
+
 def test_unusable_row_does_not_hide_a_usable_one(tmp_path: Path) -> None:
     invalid = {"BLOCK_V": 3, "num_warps": 4, "waves_per_eu": 0}
     user = write_db(tmp_path / "user.db", [make_row(config=invalid)])
@@ -192,14 +201,19 @@ def test_unreachable_postgres_is_skipped(tmp_path: Path) -> None:
     assert lookup(index) is not None
 
 
-def test_bad_spectune_db_and_bad_arguments_give_an_empty_index(
-    monkeypatch: pytest.MonkeyPatch,
+def test_bad_spectune_db_is_skipped_and_bad_arguments_give_an_empty_index(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
+    write_db(tmp_path / "home" / "spectune.db", [make_row()])
     monkeypatch.setenv("SPECTUNE_DB", "mysql://x@y/z")
     index = load()
-    assert len(index) == 0
-    assert lookup(index) is None
+    assert [(s.name, s.status) for s in index.sources] == [
+        ("SPECTUNE_DB", "error"), ("user", "read"), ("shipped", "read")
+    ]
+    assert "unsupported database 'mysql'" in index.sources[0].error
+    assert lookup(index) == make_row().config
     monkeypatch.delenv("SPECTUNE_DB")
+    assert len(load()) == 1
     assert len(load(device="MI300X")) == 0
     assert len(load(kernel_hashes=None)) == 0
 
