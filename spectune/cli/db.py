@@ -44,14 +44,11 @@ def _clean_errors(command: F) -> F:
 
 
 def _one_line(exc: BaseException) -> str:
+    from spectune.db._errors import one_line
+
     if isinstance(exc, OSError) and exc.strerror:
-        text = f"{exc.filename}: {exc.strerror}" if exc.filename else exc.strerror
-    else:
-        text = str(exc)
-    lines = text.strip().splitlines()
-    line = lines[0] if lines else type(exc).__name__
-    line = "".join(c if c.isprintable() else "?" for c in line)
-    return line if len(line) <= 400 else line[:397] + "..."
+        return one_line(f"{exc.filename}: {exc.strerror}" if exc.filename else exc.strerror)
+    return one_line(exc, limit=400)
 
 
 def _note(message: str) -> None:

@@ -19,7 +19,7 @@ from sqlalchemy import create_engine, event
 from sqlalchemy.engine import URL, Engine
 from sqlalchemy.exc import SQLAlchemyError
 
-from spectune.db._errors import DatabaseError, NotADatabaseError
+from spectune.db._errors import DatabaseError, NotADatabaseError, one_line
 
 __all__ = ["BUSY_TIMEOUT_S", "make_engine", "translate_errors"]
 
@@ -96,7 +96,7 @@ def translate_errors(location: str) -> Iterator[None]:
 
 def _translate(exc: SQLAlchemyError, location: str) -> DatabaseError:
     orig = getattr(exc, "orig", None)
-    detail = _first_line(str(orig) if orig is not None else str(exc))
+    detail = one_line(str(orig) if orig is not None else str(exc), limit=200)
     module = type(orig).__module__ if orig is not None else ""
     if module.startswith("sqlite3"):
         for pattern, what in _SQLITE_MESSAGES:
@@ -111,9 +111,3 @@ def _translate(exc: SQLAlchemyError, location: str) -> DatabaseError:
     if module.startswith("psycopg") and "connect" in type(orig).__name__.lower() + detail:
         return DatabaseError(f"cannot connect to {location}: {detail}")
     return DatabaseError(f"{location}: {detail}")
-
-
-def _first_line(text: str) -> str:
-    line = text.strip().splitlines()[0] if text.strip() else "unknown error"
-    line = "".join(c if c.isprintable() else "?" for c in line)
-    return line if len(line) <= 200 else line[:197] + "..."

@@ -9,6 +9,7 @@ __all__ = [
     "SchemaError",
     "SchemaTooNewError",
     "SchemaTooOldError",
+    "one_line",
 ]
 
 
@@ -34,3 +35,14 @@ class SchemaTooOldError(SchemaError):
 
 class InvalidRowError(DatabaseError, ValueError):
     """A row (from a file, a database or a caller) is malformed or its config is invalid."""
+
+
+def one_line(error: BaseException | str, *, limit: int = 300) -> str:
+    """The first line of an error's message, printable and at most ``limit`` characters."""
+    lines = str(error).strip().splitlines()
+    if lines:
+        line = lines[0]
+    else:
+        line = type(error).__name__ if isinstance(error, BaseException) else "unknown error"
+    line = "".join(c if c.isprintable() else "?" for c in line)
+    return line if len(line) <= limit else line[: limit - 3] + "..."

@@ -21,8 +21,8 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from spectune.db._errors import InvalidRowError
-from spectune.db._names import check_name
+from spectune.db._errors import InvalidRowError, one_line
+from spectune.db._names import check_name, shorten
 from spectune.db._row import FIELDS, TunedRow
 
 __all__ = [
@@ -184,7 +184,7 @@ def _parse_json(file: Path, text: str) -> list[Any]:
     try:
         data = json.loads(text, parse_constant=_reject_constant)
     except (ValueError, RecursionError) as exc:
-        raise InvalidRowError(f"{file}: not valid JSON ({_one_line(exc)})") from None
+        raise InvalidRowError(f"{file}: not valid JSON ({one_line(exc, limit=200)})") from None
     if not isinstance(data, list):
         raise InvalidRowError(f"{file}: expected a JSON list of rows, got {type(data).__name__}")
     return data
@@ -209,7 +209,7 @@ def _parse_csv(file: Path, text: str) -> list[dict[str, Any]]:
                 raise InvalidRowError(f"{file}: row {number}: {exc}") from None
         return records
     except csv.Error as exc:
-        raise InvalidRowError(f"{file}: not valid CSV ({_one_line(exc)})") from None
+        raise InvalidRowError(f"{file}: not valid CSV ({one_line(exc, limit=200)})") from None
 
 
 def _csv_record(raw: dict[str | None, Any]) -> dict[str, Any]:
@@ -229,7 +229,8 @@ def _csv_record(raw: dict[str | None, Any]) -> dict[str, Any]:
                 raise ValueError(f"{name} is not valid JSON") from None
         elif name == "draft_probs":
             if value not in ("true", "false"):
-                raise ValueError(f"draft_probs must be true or false, got {ascii(value)[:40]}")
+                shown = shorten(value, limit=40)
+                raise ValueError(f"draft_probs must be true or false, got {shown}")
             record[name] = value == "true"
         else:
             record[name] = value
@@ -238,7 +239,7 @@ def _csv_record(raw: dict[str | None, Any]) -> dict[str, Any]:
 
 def _csv_int(name: str, value: str) -> int:
     if not value.strip().lstrip("-").isdigit() or len(value) > 12:
-        raise ValueError(f"{name} must be an integer, got {ascii(value)[:40]}")
+        raise ValueError(f"{name} must be an integer, got {shorten(value, limit=40)}")
     return int(value)
 
 
@@ -246,7 +247,7 @@ def _csv_float(name: str, value: str) -> float:
     try:
         return float(value)
     except ValueError:
-        raise ValueError(f"{name} must be a number, got {ascii(value)[:40]}") from None
+        raise ValueError(f"{name} must be a number, got {shorten(value, limit=40)}") from None
 
 
 def _reject_constant(name: str) -> Any:
@@ -258,8 +259,3 @@ def _write_text(path: Path, text: str) -> None:
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(text, encoding="utf-8")
     os.replace(tmp, path)
-
-
-def _one_line(exc: BaseException) -> str:
-    lines = str(exc).strip().splitlines()
-    return lines[0][:200] if lines else type(exc).__name__

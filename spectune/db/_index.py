@@ -21,7 +21,7 @@ from sqlalchemy import Text, cast, func, select, tuple_
 from spectune.db._buckets import batch_bucket
 from spectune.db._checks import Checker, Spaces
 from spectune.db._engine import make_engine, translate_errors
-from spectune.db._errors import DatabaseError
+from spectune.db._errors import DatabaseError, one_line
 from spectune.db._locations import ENV_DB, Source, default_sources, fallback_sources
 from spectune.db._models import TunedConfigRecord
 from spectune.db._schema import inspect_schema, require_current
@@ -180,14 +180,14 @@ def load_index(
             device=device, software=software, kernel_hashes=kernel_hashes, spaces=spaces
         )
     except Exception as exc:  # bad arguments: log, the caller uses defaults
-        logger.warning("spectune: tuned configs not loaded: %s", _one_line(exc))
+        logger.warning("spectune: tuned configs not loaded: %s", one_line(exc))
         return ConfigIndex()
     reports: list[SourceReport] = []
     if sources is None:
         try:
             sources = default_sources()
         except Exception as exc:  # a bad SPECTUNE_DB: skip it, read the others
-            message = _one_line(exc)
+            message = one_line(exc)
             logger.warning("spectune: skipping %s: %s", ENV_DB, message)
             reports.append(
                 SourceReport(name=ENV_DB, location="(invalid)", status="error", error=message)
@@ -245,14 +245,8 @@ def _load_source(
             used=used,
         )
     except Exception as exc:  # a reader the serving path uses never raises
-        message = _one_line(exc)
+        message = one_line(exc)
         logger.warning("spectune: skipping tuned-config database %s: %s", location, message)
         if not isinstance(exc, DatabaseError):
             logger.debug("details", exc_info=True)
         return SourceReport(name=source.name, location=location, status="error", error=message)
-
-
-def _one_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    line = text[0] if text else type(exc).__name__
-    return line if len(line) <= 300 else line[:297] + "..."

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 import unicodedata
 
-__all__ = ["NAME_MAX", "TEXT_MAX", "check_config_key", "check_name", "check_text"]
+__all__ = ["NAME_MAX", "TEXT_MAX", "check_config_key", "check_name", "check_text", "shorten"]
 
 #: Longest identity name (device, arch, kernel, versions, hashes).
 NAME_MAX = 128
@@ -32,7 +32,7 @@ def check_name(what: str, value: object) -> str:
     if len(value) > NAME_MAX or not _NAME.match(value):
         raise ValueError(
             f"{what} must be 1-{NAME_MAX} characters of letters, digits, '_', '.', '+', '-' "
-            f"(starting with a letter or digit), got {_shorten(value)}"
+            f"(starting with a letter or digit), got {shorten(value)}"
         )
     return value
 
@@ -46,7 +46,7 @@ def check_text(what: str, value: object) -> str:
     for char in value:
         if unicodedata.category(char).startswith("C"):
             raise ValueError(
-                f"{what} must not contain control or format characters, got {_shorten(value)}"
+                f"{what} must not contain control or format characters, got {shorten(value)}"
             )
     return value
 
@@ -54,10 +54,11 @@ def check_text(what: str, value: object) -> str:
 def check_config_key(value: object) -> str:
     """Return ``value`` if it is a parameter name (a Python identifier, ASCII)."""
     if not isinstance(value, str) or len(value) > 64 or not _CONFIG_KEY.match(value):
-        raise ValueError(f"config key must be an identifier, got {_shorten(value)}")
+        raise ValueError(f"config key must be an identifier, got {shorten(value)}")
     return value
 
 
-def _shorten(value: object) -> str:
+def shorten(value: object, *, limit: int = 80) -> str:
+    """``value`` for an error message: ASCII-escaped (no control characters) and bounded."""
     text = ascii(value)
-    return text if len(text) <= 80 else text[:77] + "..."
+    return text if len(text) <= limit else text[: limit - 3] + "..."

@@ -15,7 +15,7 @@ from typing import Any
 
 from spectune.db._buckets import batch_bucket, is_batch_bucket
 from spectune.db._errors import InvalidRowError
-from spectune.db._names import check_config_key, check_name, check_text
+from spectune.db._names import check_config_key, check_name, check_text, shorten
 from spectune.identity import DeviceIdentity, SoftwareIdentity
 from spectune.promotion import Timing
 from spectune.space import BACKENDS, Problem
@@ -412,7 +412,7 @@ def _config(config: object) -> dict[str, int]:
     for key, value in config.items():
         check_config_key(key)
         if isinstance(value, bool) or not isinstance(value, int):
-            raise ValueError(f"config[{key!r}] must be an integer, got {_short(value)}")
+            raise ValueError(f"config[{key!r}] must be an integer, got {shorten(value)}")
         if value < 0:
             raise ValueError(f"config[{key!r}] must not be negative, got {value}")
         if value > 2**31 - 1:
@@ -423,7 +423,7 @@ def _config(config: object) -> dict[str, int]:
 
 def _count(what: str, value: object, *, minimum: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ValueError(f"{what} must be an integer >= {minimum}, got {_short(value)}")
+        raise ValueError(f"{what} must be an integer >= {minimum}, got {shorten(value)}")
     if value > 2**31 - 1:
         raise ValueError(f"{what} is too large, got {value}")
     return value
@@ -431,7 +431,7 @@ def _count(what: str, value: object, *, minimum: int) -> int:
 
 def _seconds(what: str, value: object) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ValueError(f"{what} must be a number, got {_short(value)}")
+        raise ValueError(f"{what} must be a number, got {shorten(value)}")
     if not math.isfinite(value) or value < 0:
         raise ValueError(f"{what} must be finite and non-negative, got {value!r}")
     return float(value)
@@ -447,16 +447,11 @@ def _utc(what: str, value: object) -> datetime:
 
 def _parse_time(what: str, value: object) -> datetime:
     if not isinstance(value, str) or len(value) > 64:
-        raise ValueError(f"{what} must be an ISO 8601 string, got {_short(value)}")
+        raise ValueError(f"{what} must be an ISO 8601 string, got {shorten(value)}")
     try:
         parsed = datetime.fromisoformat(value)
     except ValueError:
-        raise ValueError(f"{what} must be an ISO 8601 time, got {_short(value)}") from None
+        raise ValueError(f"{what} must be an ISO 8601 time, got {shorten(value)}") from None
     if parsed.tzinfo is None:
-        raise ValueError(f"{what} must include a UTC offset, got {_short(value)}")
+        raise ValueError(f"{what} must include a UTC offset, got {shorten(value)}")
     return parsed
-
-
-def _short(value: object) -> str:
-    text = ascii(value)
-    return text if len(text) <= 60 else text[:57] + "..."

@@ -13,7 +13,7 @@ import pytest
 from sqlalchemy import create_engine
 from sqlalchemy.engine import make_url
 
-from spectune.db import TunedRow
+from spectune.db import TunedRow, open_store
 from spectune.identity import DeviceIdentity, SoftwareIdentity
 from spectune.promotion import Timing
 from spectune.space import Constraint, Param, Problem, SearchSpace
@@ -90,6 +90,13 @@ def make_row(
 
 def later(minutes: int) -> datetime:
     return T0 + timedelta(minutes=minutes)
+
+
+def write_db(target: str | Path, rows: list[TunedRow]) -> str:
+    """Create (or add to) a database holding ``rows``; returns ``target`` as a string."""
+    with open_store(target) as store:
+        store.record_many(rows)
+    return str(target)
 
 
 @pytest.fixture(autouse=True)

@@ -9,18 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from spectune.db import ConfigIndex, Source, TunedRow, load_index, open_store, parse_target
+from spectune.db import ConfigIndex, Source, load_index, parse_target
 from spectune.space import Problem
 
-from .conftest import H200, KERNEL, KERNEL_HASH, MI300X, SOFTWARE, SPACE, make_row
+from .conftest import H200, KERNEL, KERNEL_HASH, MI300X, SOFTWARE, SPACE, make_row, write_db
 
 HASHES = {KERNEL: KERNEL_HASH}
-
-
-def write_db(path: Path | str, rows: list[TunedRow]) -> str:
-    with open_store(path) as store:
-        store.record_many(rows)
-    return str(path)
 
 
 def source(name: str, path: str, *, immutable: bool = False) -> Source:

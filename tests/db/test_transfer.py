@@ -20,15 +20,9 @@ from spectune.db import (
     write_rows_file,
 )
 
-from .conftest import KERNEL, SPACE, later, make_row
+from .conftest import KERNEL, SPACE, later, make_row, write_db
 
 SPACES = {KERNEL: SPACE}
-
-
-def write_db(path: str | Path, rows) -> str:  # type: ignore[no-untyped-def]
-    with open_store(path) as store:
-        store.record_many(rows)
-    return str(path)
 
 
 def test_merge_keeps_the_significantly_faster_config_and_all_provenance(
