@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Text, cast, func, select, tuple_
+from sqlalchemy import Integer, Text, cast, func, select, tuple_, type_coerce
 
 from spectune.db._buckets import batch_bucket
 from spectune.db._checks import Checker, Spaces
@@ -40,7 +40,8 @@ _COLUMNS = (
     _t.batch,
     _t.vocab,
     _t.dtype,
-    _t.draft_probs,
+    # As stored (0/1 on SQLite): skips a per-row conversion; 1 == True as a dict key.
+    type_coerce(_t.draft_probs, Integer),
     cast(_t.config, Text),
 )
 

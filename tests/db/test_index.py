@@ -56,6 +56,16 @@ def test_lookup_goes_to_the_nearest_batch_bucket(tmp_path: Path) -> None:
     assert lookup(index, draft_probs=False) is None
 
 
+def test_draft_probs_flag_is_part_of_the_key(db_url: str) -> None:
+    with_probs = {"BLOCK_V": 512, "num_warps": 2, "waves_per_eu": 0}
+    without = {"BLOCK_V": 2048, "num_warps": 8, "waves_per_eu": 0}
+    write_db(db_url, [make_row(draft_probs=True, config=with_probs),
+                      make_row(draft_probs=False, config=without)])  # fmt: skip
+    index = load([Source(name="db", url=parse_target(db_url))])
+    assert lookup(index, draft_probs=True) == with_probs
+    assert lookup(index, draft_probs=False) == without
+
+
 def test_lookup_needs_the_running_device_and_triton(tmp_path: Path) -> None:
     index = load([source("a", write_db(tmp_path / "a.db", [make_row()]))])
     problem = Problem(4, 8, 128256, "bfloat16", True)
