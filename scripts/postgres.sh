@@ -70,10 +70,11 @@ free_port() {
 
 for attempt in 1 2 3; do
     port=$(free_port)
-    # fsync off: a throwaway test server trades durability for speed.
+    # fsync off: a throwaway test server trades durability for speed. 3>&-: the server
+    # must not inherit the descriptor of our stdout, or $(bash postgres.sh) never ends.
     if as_owner "$bindir/pg_ctl" -D "$state/data" -l "$state/server.log" -w -t 60 \
         -o "-c listen_addresses=127.0.0.1 -p $port -c unix_socket_directories=$state/socket -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=100" \
-        start >/dev/null; then
+        start >/dev/null 3>&-; then
         break
     fi
     echo "postgres.sh: start on port $port failed (attempt $attempt)" >&2
