@@ -17,7 +17,7 @@ caller. The public API, re-exported from private modules:
 from __future__ import annotations
 
 from spectune.db._buckets import batch_bucket, is_batch_bucket
-from spectune.db._checks import SpaceLookup, Spaces, Verdict, check_row
+from spectune.db._checks import SpaceLookup, Spaces, Verdict, check_configs, check_row
 from spectune.db._conflict import Outcome, resolve
 from spectune.db._errors import (
     DatabaseError,
@@ -52,7 +52,7 @@ from spectune.db._locations import (
 from spectune.db._row import FIELDS, KEY_FIELDS, Provenance, TunedRow
 from spectune.db._schema import HEAD_REVISION, REVISIONS
 from spectune.db._store import RecordReport, Store, open_store, upgrade_database
-from spectune.db._transfer import check_configs, effective_rows, import_rows, merge_databases
+from spectune.db._transfer import effective_rows, import_rows, merge_databases
 
 __all__ = [
     "ENV_DB",

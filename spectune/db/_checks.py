@@ -9,15 +9,24 @@ search space. Torch, runtime and spectune versions are recorded but not checked.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from spectune.db._errors import InvalidRowError
 from spectune.db._row import TunedRow
 from spectune.identity import DeviceIdentity, SoftwareIdentity
 from spectune.space import InvalidConfigError, SearchSpace
 
-__all__ = ["Checker", "SpaceLookup", "Spaces", "Verdict", "check_row", "config_problem"]
+__all__ = [
+    "Checker",
+    "SpaceLookup",
+    "Spaces",
+    "Verdict",
+    "check_configs",
+    "check_row",
+    "config_problem",
+]
 
 #: ``(kernel, backend) -> SearchSpace`` or ``None`` for a kernel family not known here.
 SpaceLookup = Callable[[str, str], SearchSpace | None]
@@ -229,3 +238,28 @@ def check_row(
         device=device, software=software, kernel_hashes=kernel_hashes, spaces=spaces
     )
     return checker.check(row)
+
+
+def check_configs(rows: Sequence[TunedRow], *, spaces: Spaces | None, where: str) -> None:
+    """Raise on the first row whose config is not in its kernel's search space.
+
+    Args:
+        rows: The rows.
+        spaces: Search spaces (kernel -> space, or ``(kernel, backend) -> space``);
+            ``None`` checks nothing (rows are well formed by construction).
+        where: Names the rows' origin in the message.
+
+    Raises:
+        InvalidRowError: naming ``where``, the row number (from 1) and the problem.
+    """
+    lookup = space_lookup(spaces)
+    if lookup is None:
+        return
+    for number, row in enumerate(rows, start=1):
+        problem = config_problem(
+            row.config, kernel=row.kernel, backend=row.device.backend, lookup=lookup
+        )
+        if problem is not None:
+            raise InvalidRowError(
+                f"{where}: row {number} ({row.kernel} on {row.device.device_name}): {problem}"
+            )

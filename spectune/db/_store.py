@@ -19,6 +19,7 @@ from sqlalchemy.engine import URL, Engine
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
+from spectune.db._checks import Spaces, check_configs
 from spectune.db._conflict import Outcome, resolve
 from spectune.db._engine import make_engine, translate_errors
 from spectune.db._errors import DatabaseError, InvalidRowError
@@ -157,30 +158,53 @@ class Store:
         with translate_errors(self.location), Session(self._engine) as session:
             return [self._to_row(record) for record in session.scalars(query)]
 
-    def record(self, row: TunedRow, *, min_gain: float = MIN_GAIN) -> Outcome:
+    def record(
+        self, row: TunedRow, *, min_gain: float = MIN_GAIN, spaces: Spaces | None = None
+    ) -> Outcome:
         """Store one row; on a key already present the promotion rule decides.
+
+        Args:
+            row: The row.
+            min_gain: Promotion threshold (see :func:`spectune.promotion.is_significantly_faster`).
+            spaces: Search spaces to check the config against (see
+                :func:`spectune.db.check_configs`); ``None`` checks only its shape.
 
         Returns:
             What happened (see :class:`Outcome`).
         """
-        report = self.record_many([row], min_gain=min_gain)
+        report = self.record_many([row], min_gain=min_gain, spaces=spaces)
         for outcome in Outcome:
             if getattr(report, outcome.value):
                 return outcome
         raise AssertionError("record_many reported nothing")
 
-    def record_many(self, rows: Iterable[TunedRow], *, min_gain: float = MIN_GAIN) -> RecordReport:
+    def record_many(
+        self,
+        rows: Iterable[TunedRow],
+        *,
+        min_gain: float = MIN_GAIN,
+        spaces: Spaces | None = None,
+    ) -> RecordReport:
         """Store rows in one transaction: all of them or, on error, none.
 
         A row whose key is already present (in the database or earlier in ``rows``)
         replaces the incumbent only when
         :func:`spectune.promotion.is_significantly_faster`; either way the stored row's
         history keeps both provenances.
+
+        Args:
+            rows: The rows.
+            min_gain: Promotion threshold.
+            spaces: Search spaces to check configs against; ``None`` checks only shape.
+
+        Raises:
+            InvalidRowError: a config outside its space (nothing is written).
         """
         rows = list(rows)
         for index, row in enumerate(rows):
             if not isinstance(row, TunedRow):
                 raise TypeError(f"rows[{index}] must be a TunedRow, got {type(row).__name__}")
+        check_configs(rows, spaces=spaces, where=self.location)
         if self.readonly:
             raise DatabaseError(f"{self.location} is open read-only")
         with translate_errors(self.location):

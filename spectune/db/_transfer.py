@@ -8,42 +8,16 @@ from pathlib import Path
 
 from sqlalchemy.engine import URL
 
-from spectune.db._checks import Spaces, config_problem, space_lookup
-from spectune.db._errors import InvalidRowError
+from spectune.db._checks import Spaces, check_configs
 from spectune.db._files import read_rows_file
 from spectune.db._locations import Source, default_sources
 from spectune.db._row import RowKey, TunedRow
 from spectune.db._store import RecordReport, open_store
 from spectune.promotion import MIN_GAIN
 
-__all__ = ["check_configs", "effective_rows", "import_rows", "merge_databases"]
+__all__ = ["effective_rows", "import_rows", "merge_databases"]
 
 Target = str | os.PathLike[str] | URL
-
-
-def check_configs(rows: Sequence[TunedRow], *, spaces: Spaces | None, where: str) -> None:
-    """Raise on the first row whose config is not in its kernel's search space.
-
-    Args:
-        rows: The rows.
-        spaces: Search spaces (kernel -> space, or ``(kernel, backend) -> space``);
-            ``None`` checks nothing (rows are well formed by construction).
-        where: Names the rows' origin in the message.
-
-    Raises:
-        InvalidRowError: naming ``where``, the row number (from 1) and the problem.
-    """
-    lookup = space_lookup(spaces)
-    if lookup is None:
-        return
-    for number, row in enumerate(rows, start=1):
-        problem = config_problem(
-            row.config, kernel=row.kernel, backend=row.device.backend, lookup=lookup
-        )
-        if problem is not None:
-            raise InvalidRowError(
-                f"{where}: row {number} ({row.kernel} on {row.device.device_name}): {problem}"
-            )
 
 
 def import_rows(
@@ -64,7 +38,7 @@ def import_rows(
         min_gain: Promotion threshold on a key already present.
     """
     rows = read_rows_file(path, fmt=fmt)
-    check_configs(rows, spaces=spaces, where=str(Path(path)))
+    check_configs(rows, spaces=spaces, where=str(Path(path)))  # before creating ``into``
     with open_store(into) as store:
         return store.record_many(rows, min_gain=min_gain)
 

@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import pytest
 
-from spectune.db import DatabaseError, Outcome, Store, open_store
+from spectune.db import DatabaseError, InvalidRowError, Outcome, Store, open_store
 from spectune.identity import DeviceIdentity
 from spectune.space import Problem
 
-from .conftest import H200, KERNEL, MI300X, SOFTWARE, later, make_row
+from .conftest import H200, KERNEL, MI300X, SOFTWARE, SPACE, later, make_row
 
 
 @pytest.fixture
@@ -137,6 +137,16 @@ def test_read_only_store_refuses_writes(db_url: str) -> None:
         assert reader.count() == 1
         with pytest.raises(DatabaseError, match="read-only"):
             reader.record(make_row(batch=2))
+
+
+def test_record_checks_configs_against_given_spaces(store: Store) -> None:
+    invalid = make_row(batch=2, config={"BLOCK_V": 768, "num_warps": 4, "waves_per_eu": 0})
+    with pytest.raises(InvalidRowError, match=r"row 2 .*power of two"):
+        store.record_many([make_row(), invalid], spaces={KERNEL: SPACE})
+    with pytest.raises(InvalidRowError, match="no search space for kernel family"):
+        store.record(make_row(kernel="unknown_kernel"), spaces={KERNEL: SPACE})
+    assert store.count() == 0
+    assert store.record(make_row(), spaces={KERNEL: SPACE}) is Outcome.INSERTED
 
 
 def test_record_many_rejects_non_rows(store: Store) -> None:
