@@ -21,10 +21,13 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from spectune.db._errors import DatabaseError, NotADatabaseError, one_line
 
-__all__ = ["BUSY_TIMEOUT_S", "make_engine", "translate_errors"]
+__all__ = ["BUSY_TIMEOUT_S", "READS_ONLY", "make_engine", "translate_errors"]
 
 #: How long a SQLite writer waits for another writer's lock before giving up.
 BUSY_TIMEOUT_S = 30.0
+#: Execution option marking transactions that only read: SQLite starts them deferred,
+#: so they never wait for (or hold up) a writer.
+READS_ONLY = "spectune_reads_only"
 
 
 def make_engine(url: URL, *, readonly: bool, immutable: bool = False) -> Engine:
@@ -71,7 +74,8 @@ def _sqlite_engine(url: URL, *, readonly: bool, immutable: bool) -> Engine:
 
     @event.listens_for(engine, "begin")
     def _on_begin(connection) -> None:  # type: ignore[no-untyped-def]
-        connection.exec_driver_sql("BEGIN" if readonly else "BEGIN IMMEDIATE")
+        reads_only = readonly or connection.get_execution_options().get(READS_ONLY, False)
+        connection.exec_driver_sql("BEGIN" if reads_only else "BEGIN IMMEDIATE")
 
     return engine
 

@@ -21,7 +21,7 @@ from sqlalchemy.orm import Session
 
 from spectune.db._checks import Spaces, check_configs
 from spectune.db._conflict import Outcome, resolve
-from spectune.db._engine import make_engine, translate_errors
+from spectune.db._engine import READS_ONLY, make_engine, translate_errors
 from spectune.db._errors import DatabaseError, InvalidRowError
 from spectune.db._locations import Source, display_url, parse_target, write_target
 from spectune.db._models import TunedConfigRecord
@@ -126,6 +126,7 @@ class Store:
 
     def __init__(self, engine: Engine, *, url: URL, readonly: bool) -> None:
         self._engine = engine
+        self._reader = engine.execution_options(**{READS_ONLY: True})
         self.url = url
         self.readonly = readonly
         self.location = display_url(url)
@@ -141,7 +142,7 @@ class Store:
 
     def count(self) -> int:
         """Number of rows."""
-        with translate_errors(self.location), Session(self._engine) as session:
+        with translate_errors(self.location), Session(self._reader) as session:
             return int(session.scalar(select(func.count()).select_from(TunedConfigRecord)) or 0)
 
     def rows(self, *, kernel: str | None = None, device_name: str | None = None) -> list[TunedRow]:
@@ -155,7 +156,7 @@ class Store:
             query = query.where(TunedConfigRecord.kernel == kernel)
         if device_name is not None:
             query = query.where(TunedConfigRecord.device_name == device_name)
-        with translate_errors(self.location), Session(self._engine) as session:
+        with translate_errors(self.location), Session(self._reader) as session:
             return [self._to_row(record) for record in session.scalars(query)]
 
     def record(
@@ -263,7 +264,7 @@ class Store:
             query = query.where(t.triton_version == triton)
         if kernel_hash is not None:
             query = query.where(t.kernel_hash == kernel_hash)
-        with translate_errors(self.location), Session(self._engine) as session:
+        with translate_errors(self.location), Session(self._reader) as session:
             candidates = [self._to_row(record) for record in session.scalars(query)]
 
         def distance(row: TunedRow) -> tuple[float, float]:

@@ -130,6 +130,30 @@ def test_best_configs_near_validates_arguments(store: Store) -> None:
         store.best_configs_near(kernel=KERNEL, device=MI300X, problem=(1, 1, 8))  # type: ignore[arg-type]
 
 
+def test_reads_do_not_wait_for_a_writer(db_url: str) -> None:
+    import time
+
+    from sqlalchemy.orm import Session
+
+    from spectune.db._models import TunedConfigRecord
+    from spectune.db._store import _values
+
+    with open_store(db_url) as writer, open_store(db_url) as reader:
+        writer.record(make_row(batch=1))
+        with Session(writer._engine) as session, session.begin():
+            session.add(TunedConfigRecord(**_values(make_row(batch=2))))
+            session.flush()  # the writer now holds the database's write lock
+            start = time.monotonic()
+            assert reader.count() == 1
+            assert [r.problem.batch for r in reader.rows()] == [1]
+            near = reader.best_configs_near(
+                kernel=KERNEL, device=MI300X, problem=Problem(4, 2, 128256, "bfloat16")
+            )
+            assert len(near) == 1
+            assert time.monotonic() - start < 2  # not the 30 s busy timeout
+        assert reader.count() == 2
+
+
 def test_read_only_store_refuses_writes(db_url: str) -> None:
     with open_store(db_url) as writer:
         writer.record(make_row())
