@@ -47,11 +47,12 @@ documented by their own tests and kept out of the comparisons above:
 
 from __future__ import annotations
 
+import inspect
 import os
 import random
 import types
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
@@ -86,7 +87,6 @@ except ModuleNotFoundError as exc:
 
 pytestmark = pytest.mark.vllm
 
-_RS = "vllm.v1.sample.rejection_sampler."
 # vLLM's dispatcher owning each kernel, and the kernel's name in that module.
 _KERNELS = {
     "_rejection_greedy_sample": "rejection_greedy_sample_kernel",
@@ -94,6 +94,10 @@ _KERNELS = {
     "_rejection_random_sample": "rejection_random_sample_kernel",
 }
 ORACLES = ("rejection_sample", "pieces", "c_ops", "triton_source")
+#: vLLM's own top-level function, taken at import: spectune's vLLM plugin (tests/vllm)
+#: replaces the module attribute with its router while routing, and this module must
+#: never compare ours with ours.
+VLLM_REJECTION_SAMPLE = vllm_rs.rejection_sample
 
 
 # --------------------------------------------------------------------------------------
@@ -374,7 +378,7 @@ def sampling_metadata(inputs: Inputs) -> SamplingMetadata:
 
 def vllm_rejection_sample(inputs: Inputs) -> torch.Tensor:
     """vLLM's top-level function; it draws its own randoms from the generators."""
-    return vllm_rs.rejection_sample(
+    return VLLM_REJECTION_SAMPLE(
         inputs.drafts.clone(),
         list(inputs.counts),
         inputs.k,
@@ -437,24 +441,25 @@ def vllm_c_ops(inputs: Inputs, uniform: torch.Tensor, inv_q: torch.Tensor) -> to
     return out.to(torch.int32)
 
 
-def _original_kernel(name: str) -> Callable[..., object]:
-    """vLLM's kernel function as written (before the CPU overrides replaced it)."""
-    kernel = getattr(vllm_rs, name)
-    if isinstance(kernel, vllm_dispatcher.KernelOverride):
-        kernel = vllm_dispatcher._registry[_RS + name][0]
-    return kernel
+def vllm_triton_kernel(name: str) -> InterpretedFunction:
+    """vLLM's ``@triton.jit`` kernel ``name``, run by the Triton interpreter.
 
-
-def _interpreted(fn: Callable[..., object]) -> InterpretedFunction:
-    """``fn`` (a vLLM ``@triton.jit`` kernel left undecorated by vLLM's Triton placeholder)
-    with ``tl``/``triton`` bound to the real Triton, run by the Triton interpreter."""
-    assert isinstance(fn, types.FunctionType), type(fn)
-    namespace = {**fn.__globals__, "tl": tl, "triton": triton}
-    rebound = types.FunctionType(
-        fn.__code__, namespace, fn.__name__, fn.__defaults__, fn.__closure__
-    )
-    rebound.__module__, rebound.__qualname__ = fn.__module__, fn.__qualname__
-    return InterpretedFunction(rebound)
+    On this host vLLM's ``triton`` is a placeholder whose ``jit`` leaves kernels as plain
+    functions, and the CPU overrides then replace them (a second registration even
+    replaces the dispatcher registry's record of them). So the kernel is taken from
+    vLLM's source file itself: its code object, compiled from the file, executed with
+    the module's globals but ``tl``/``triton`` bound to the real Triton.
+    """
+    source = inspect.getsource(vllm_rs)
+    module_code = compile(source, vllm_rs.__file__, "exec", dont_inherit=True)
+    (code,) = [
+        const for const in module_code.co_consts
+        if isinstance(const, types.CodeType) and const.co_name == name
+    ]
+    namespace = {**vars(vllm_rs), "tl": tl, "triton": triton}
+    kernel = types.FunctionType(code, namespace, name)
+    kernel.__module__, kernel.__qualname__ = vllm_rs.__name__, name
+    return InterpretedFunction(kernel)
 
 
 @contextmanager
@@ -517,15 +522,21 @@ def vllm_cpu() -> None:
             # The override scan touches every module's attributes, deprecated ones too.
             warnings.simplefilter("ignore", FutureWarning)
             CpuPlatform.register_triton_kernel_overrides()
+    # The oracles are vLLM's code: its function, and the C++ fallbacks vLLM registers.
+    function = VLLM_REJECTION_SAMPLE
+    assert isinstance(function, types.FunctionType), function
+    assert function.__code__.co_filename == vllm_rs.__file__, function.__code__.co_filename
     for owner, name in _KERNELS.items():
-        assert isinstance(getattr(vllm_rs, name), vllm_dispatcher.KernelOverride), name
-        assert isinstance(getattr(vllm_rs, owner).kernel, vllm_dispatcher.KernelOverride), owner
+        override = getattr(vllm_rs, owner).kernel
+        assert isinstance(override, vllm_dispatcher.KernelOverride), owner
+        assert override.func.__module__ == "vllm.utils.cpu_triton_utils", override.func
+        assert override.func.__name__ == f"_{name}_impl", override.func
         assert hasattr(torch.ops._C, f"{name}_impl"), name
 
 
 @pytest.fixture(scope="module")
 def triton_source(vllm_cpu: None) -> dict[str, InterpretedFunction]:
-    return {owner: _interpreted(_original_kernel(name)) for owner, name in _KERNELS.items()}
+    return {owner: vllm_triton_kernel(name) for owner, name in _KERNELS.items()}
 
 
 def decisions_in(ref: ReferenceResult, counts: list[int]) -> int:
