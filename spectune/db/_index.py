@@ -20,11 +20,10 @@ from sqlalchemy import Integer, Text, cast, func, select, tuple_, type_coerce
 
 from spectune.db._buckets import batch_bucket
 from spectune.db._checks import Checker, Spaces
-from spectune.db._engine import make_engine, translate_errors
 from spectune.db._errors import DatabaseError, one_line
 from spectune.db._locations import ENV_DB, Source, default_sources, fallback_sources
 from spectune.db._models import TunedConfigRecord
-from spectune.db._schema import inspect_schema, require_current
+from spectune.db._store import open_store
 from spectune.identity import DeviceIdentity, SoftwareIdentity
 from spectune.space import Problem
 
@@ -218,14 +217,9 @@ def _load_source(
             _t.triton_version == checker.software.triton,
             tuple_(_t.kernel, _t.kernel_hash).in_(list(checker.kernel_hashes.items())),
         )
-        engine = make_engine(source.url, readonly=True, immutable=source.immutable)
-        try:
-            with translate_errors(location), engine.connect() as connection:
-                require_current(inspect_schema(connection), location=location)
-                total = connection.execute(select(func.count()).select_from(_t)).scalar_one()
-                result = connection.execute(query).all()
-        finally:
-            engine.dispose()
+        with open_store(source, readonly=True) as store:
+            counted, result = store._fetch(select(func.count()).select_from(_t), query)
+        total = counted[0][0]
         usable = used = 0
         usable_config = checker.usable_config
         for kernel, k, batch, vocab, dtype, draft, text in result:

@@ -14,8 +14,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import and_, func, or_, select
-from sqlalchemy.engine import URL, Engine
+from sqlalchemy import Select, and_, func, or_, select
+from sqlalchemy.engine import URL, Engine, Row
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -139,6 +139,11 @@ class Store:
 
     def close(self) -> None:
         self._engine.dispose()
+
+    def _fetch(self, *queries: Select[Any]) -> list[list[Row[Any]]]:
+        """Rows of Core ``queries``, read in one transaction (the loader's fast path)."""
+        with translate_errors(self.location), self._reader.connect() as connection:
+            return [connection.execute(query).all() for query in queries]
 
     def count(self) -> int:
         """Number of rows."""
