@@ -81,7 +81,7 @@ def build_database(path: Path, rows: int) -> None:
 
 
 def child_startup() -> dict[str, float]:
-    """One cold start: vLLM's imports first (not counted), then the plugin's work."""
+    """One cold start, deciding at worker init (the CPU path): imports in line."""
     import vllm.v1.sample.rejection_sampler  # noqa: F401  (vLLM's own import)
     from vllm.platforms import current_platform
 
@@ -101,12 +101,68 @@ def child_startup() -> dict[str, float]:
 
     ms["import_db"] = (time.perf_counter() - mark) * 1e3
     mark = time.perf_counter()
-    vllm_plugin._on_worker_init(None)  # what the hook adds after the platform's overrides
+    vllm_plugin._on_worker_init(None, at_first_call=False)  # after the platform's overrides
     ms["load_and_route"] = (time.perf_counter() - mark) * 1e3
     ms["total"] = (time.perf_counter() - start) * 1e3
     router = vllm_plugin._STATE.router
     if router is None or not router.installed:
         raise SystemExit("the plugin did not route: check SPECTUNE_DB and TRITON_INTERPRET")
+    # Parts of load_and_route, timed again: the database load alone, and (CPU only)
+    # vLLM's register_kernels for the expand step (it scans every loaded module).
+    from vllm.triton_utils import dispatcher
+
+    from spectune.identity import detect_device, detect_software
+
+    mark = time.perf_counter()
+    configs = vllm_plugin._load_configs(detect_device(), detect_software())
+    ms["of_which_db_load"] = (time.perf_counter() - mark) * 1e3
+    if configs.usable == 0:
+        raise SystemExit("no usable rows loaded")
+    if current_platform.is_cpu():
+        router.uninstall(dispatcher)
+        mark = time.perf_counter()
+        router.route_expand(dispatcher)
+        ms["of_which_cpu_expand_registration"] = (time.perf_counter() - mark) * 1e3
+    return ms
+
+
+def child_startup_gpu_path() -> dict[str, float]:
+    """One cold start the way GPU workers run it: the device is known at the first call.
+
+    Worker init installs the router and starts importing the kernels and the database
+    layer in the background; the first verification call identifies the device and
+    loads the configs. (The expand registration is CPU-only and not part of this path.)
+    """
+    import vllm.v1.sample.rejection_sampler  # noqa: F401  (vLLM's own import)
+    from vllm.platforms import current_platform
+
+    current_platform.register_triton_kernel_overrides()
+    ms: dict[str, float] = {}
+    start = time.perf_counter()
+    from spectune import vllm_plugin
+
+    vllm_plugin.register()
+    ms["register"] = (time.perf_counter() - start) * 1e3
+    mark = time.perf_counter()
+    vllm_plugin._on_worker_init(None, at_first_call=True)
+    ms["worker_init"] = (time.perf_counter() - mark) * 1e3
+    prefetch = vllm_plugin._STATE.prefetch
+    if prefetch is None:
+        raise SystemExit("no prefetch thread: the plugin did not install")
+    prefetch.join()
+    ms["background_imports"] = (time.perf_counter() - mark) * 1e3
+    from spectune.identity import detect_device, detect_software
+
+    router = vllm_plugin._STATE.router
+    assert router is not None
+    mark = time.perf_counter()
+    identity = detect_device()
+    configs = vllm_plugin._load_configs(identity, detect_software())
+    router.configure(configs.lookup, identity.backend)
+    ms["first_call_load"] = (time.perf_counter() - mark) * 1e3
+    if configs.usable == 0:
+        raise SystemExit("no usable rows loaded")
+    ms["critical_path_total"] = ms["register"] + ms["worker_init"] + ms["first_call_load"]
     return ms
 
 
@@ -161,9 +217,21 @@ def child_calls(calls: int) -> dict[str, float]:
     out["vllm_random_draws_us"] = per_call_us(
         lambda: vllm_random_inputs(rs, n, counts, random_md.generators, vocab, device), calls)
     out["tuned_config"] = float(router.stats.tuned_shapes)
+    # The kernel wrapper's own host-side checks on every call (spectune.kernels).
+    from spectune.kernels import rejection as kernel_module
+
+    launch_args, launch_kwargs = router.prepare(*args, greedy_md)
+    check = getattr(kernel_module, "_check_inputs", None)
+    if check is not None:
+        checked = {"is_greedy": None, "uniform_probs": None, "inv_q": None, "seeds": None,
+                   **{k: v for k, v in launch_kwargs.items() if k != "config"}}
+        out["kernel_wrapper_checks_us"] = per_call_us(lambda: check(*launch_args, **checked),
+                                                      calls)
+    out["kernel_wrapper_config_validation_us"] = per_call_us(
+        lambda: kernel_module.search_space(identity.backend).validate(launch_kwargs["config"]),
+        calls)
 
     # Routed call vs the kernel called directly with the same prepared arguments.
-    launch_args, launch_kwargs = router.prepare(*args, greedy_md)
     routed, direct = [], []
     for _ in range(max(calls // 10, 5)):
         start = time.perf_counter()
@@ -206,10 +274,14 @@ def main() -> int:
     parser.add_argument("--repeat", type=int, default=5, help="cold starts to time")
     parser.add_argument("--calls", type=int, default=200, help="calls per timing")
     parser.add_argument("--json", type=Path, help="also write the figures here")
-    parser.add_argument("--child", choices=("startup", "calls"), help=argparse.SUPPRESS)
+    parser.add_argument("--child", choices=("startup", "startup-gpu-path", "calls"),
+                        help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child == "startup":
         print("CHILD " + json.dumps(child_startup()), flush=True)
+        return 0
+    if args.child == "startup-gpu-path":
+        print("CHILD " + json.dumps(child_startup_gpu_path()), flush=True)
         return 0
     if args.child == "calls":
         print("CHILD " + json.dumps(child_calls(args.calls)), flush=True)
@@ -222,23 +294,36 @@ def main() -> int:
         print(f"built {args.rows} rows in {time.perf_counter() - start:.1f} s")
         _spawn("startup", db, args.calls)  # writes bytecode caches, warms the page cache
         starts = [_spawn("startup", db, args.calls) for _ in range(args.repeat)]
+        lazy = [_spawn("startup-gpu-path", db, args.calls) for _ in range(args.repeat)]
         calls = _spawn("calls", db, args.calls)
     startup = {key: statistics.median(s[key] for s in starts) for key in starts[0]}
+    gpu_path = {key: statistics.median(s[key] for s in lazy) for key in lazy[0]}
     print(f"startup beyond vLLM's imports, median of {args.repeat} cold processes "
-          f"({args.rows} rows usable here):")
+          f"({args.rows} rows usable here)")
+    print("  deciding at worker init (CPU path; all in line):")
     for key, value in startup.items():
-        print(f"  {key:16s} {value:8.1f} ms")
+        print(f"    {key:34s} {value:8.1f} ms")
     verdict = "met" if startup["total"] <= GOAL_MS else "MISSED"
-    print(f"  goal: total <= {GOAL_MS:.0f} ms: {verdict}")
+    print(f"    goal: total <= {GOAL_MS:.0f} ms: {verdict}")
+    print("  deciding at the first call (GPU path; imports in the background):")
+    for key, value in gpu_path.items():
+        print(f"    {key:34s} {value:8.1f} ms")
+    verdict = "met" if gpu_path["critical_path_total"] <= GOAL_MS else "MISSED"
+    print(f"    goal: critical path <= {GOAL_MS:.0f} ms: {verdict}")
     print(f"per routed call (usable configs {calls['usable_configs']:.0f}, "
           f"tuned config found: {bool(calls['tuned_config'])}):")
     for key in ("config_lookup_cached_us", "prepare_greedy_us", "prepare_random_us",
-                "vllm_random_draws_us", "routed_call_us", "direct_call_us"):
-        print(f"  {key:24s} {calls[key]:10.1f} us")
-    print(f"  routed - direct            {calls['routed_call_us'] - calls['direct_call_us']:10.1f}"
-          " us (kernel time dominates on CPU: noise)")
+                "vllm_random_draws_us", "kernel_wrapper_checks_us",
+                "kernel_wrapper_config_validation_us", "routed_call_us", "direct_call_us"):
+        if key in calls:
+            print(f"  {key:36s} {calls[key]:10.1f} us")
+    delta = calls["routed_call_us"] - calls["direct_call_us"]
+    print(f"  {'routed - direct':36s} {delta:10.1f} us (on CPU the interpreted kernel "
+          "dominates: noise)")
     if args.json:
-        args.json.write_text(json.dumps({"startup_ms": startup, "calls_us": calls}, indent=2))
+        args.json.write_text(json.dumps(
+            {"startup_ms": startup, "gpu_path_startup_ms": gpu_path, "calls_us": calls},
+            indent=2))
     return 0
 
 

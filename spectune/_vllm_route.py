@@ -21,15 +21,13 @@ import contextlib
 import logging
 import threading
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, field
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
-from spectune.kernels.rejection import MAX_VOCAB, default_config
-from spectune.kernels.rejection import rejection_sample as spectune_rejection_sample
-from spectune.space import Problem
+if TYPE_CHECKING:
+    from spectune.space import Problem
 
 __all__ = [
     "EXPAND_KERNEL",
@@ -52,17 +50,18 @@ RNG_MODES = (RNG_VLLM, RNG_FUSED)
 EXPAND_KERNEL = "vllm.v1.sample.rejection_sampler.expand_kernel"
 
 _SEED_HIGH = 2**63 - 1
-_MISSING = object()
 
 #: A shape key: (k, batch, vocab, logits dtype, draft probabilities given).
 ShapeKey = tuple[int, int, int, torch.dtype, bool]
 #: Problem -> tuned config, or None (then the kernels' default config is used).
-Lookup = Callable[[Problem], "dict[str, int] | None"]
+Lookup = Callable[["Problem"], "dict[str, int] | None"]
 
 
-@dataclass
 class RouterStats:
     """What the router did in this process.
+
+    Plain classes here, not dataclasses: this module is imported on vLLM's worker
+    start-up path, where generating dataclass methods costs milliseconds.
 
     Attributes:
         routed: Verification calls that ran spectune's kernels.
@@ -71,13 +70,19 @@ class RouterStats:
         default_shapes: Shapes seen that used the kernels' default config.
     """
 
-    routed: int = 0
-    passed: int = 0
-    tuned_shapes: int = 0
-    default_shapes: int = 0
+    __slots__ = ("default_shapes", "passed", "routed", "tuned_shapes")
+
+    def __init__(self) -> None:
+        self.routed = 0
+        self.passed = 0
+        self.tuned_shapes = 0
+        self.default_shapes = 0
+
+    def __repr__(self) -> str:
+        return (f"RouterStats(routed={self.routed}, passed={self.passed}, "
+                f"tuned_shapes={self.tuned_shapes}, default_shapes={self.default_shapes})")
 
 
-@dataclass
 class Router:
     """Routes vLLM's V1 verification to spectune's kernels.
 
@@ -95,18 +100,31 @@ class Router:
             uninstalled first and the call goes to vLLM's original function.
     """
 
-    module: ModuleType
-    lookup: Lookup | None = None
-    backend: str = "cuda"
-    rng: str = RNG_VLLM
-    on_first_call: Callable[[Router, torch.device], None] | None = None
-    on_error: Callable[[BaseException], None] | None = None
-    stats: RouterStats = field(default_factory=RouterStats)
-    _configured: bool = False
-    _original: Callable[..., torch.Tensor] | None = None
-    _original_expand: Callable[..., Any] | None = None
-    _configs: dict[ShapeKey, dict[str, int]] = field(default_factory=dict)
-    _lock: threading.Lock = field(default_factory=threading.Lock)
+    def __init__(
+        self,
+        module: ModuleType,
+        *,
+        rng: str = RNG_VLLM,
+        on_first_call: Callable[[Router, torch.device], None] | None = None,
+        on_error: Callable[[BaseException], None] | None = None,
+    ) -> None:
+        self.module = module
+        self.lookup: Lookup | None = None
+        self.backend = "cuda"
+        self.rng = rng
+        self.on_first_call = on_first_call
+        self.on_error = on_error
+        self.stats = RouterStats()
+        self._configured = False
+        self._kernels: ModuleType | None = None
+        self._original: Callable[..., torch.Tensor] | None = None
+        self._original_expand: Callable[..., Any] | None = None
+        self._configs: dict[ShapeKey, dict[str, int]] = {}
+        self._lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        state = "configured" if self._configured else "not configured"
+        return f"Router({state}, installed={self.installed}, rng={self.rng!r}, {self.stats})"
 
     # ------------------------------------------------------------------ install
 
@@ -136,7 +154,15 @@ class Router:
         return self._configured
 
     def configure(self, lookup: Lookup, backend: str) -> None:
-        """Set the config lookup (and forget cached per-shape configs)."""
+        """Set the config lookup (and forget cached per-shape configs).
+
+        Imports the kernels here, not at module import: on GPUs the worker hook installs
+        the router at once and imports the kernels in the background until the first
+        call configures it.
+        """
+        from spectune.kernels import rejection
+
+        self._kernels = rejection
         self.lookup = lookup
         self.backend = backend
         self._configs.clear()
@@ -188,6 +214,8 @@ class Router:
         config = self._configs.get(key)
         if config is not None:
             return config
+        from spectune.space import Problem
+
         problem = Problem(
             spec_len=max(k, 1), batch=max(batch, 1), vocab=vocab,
             dtype=str(dtype).removeprefix("torch."), draft_probs=has_draft_probs,
@@ -198,7 +226,8 @@ class Router:
             config = dict(tuned)
         else:
             self.stats.default_shapes += 1
-            config = default_config(problem, self.backend)
+            assert self._kernels is not None
+            config = self._kernels.default_config(problem, self.backend)
         self._configs[key] = config
         return config
 
@@ -231,12 +260,14 @@ class Router:
             self._first_call(target_logits.device)
             if not self._configured or not self.installed:
                 return original(*args, **kwargs)
-        if synthetic_mode or not _supported(draft_probs, target_logits):
+        kernels = self._kernels
+        assert kernels is not None
+        if synthetic_mode or not _supported(draft_probs, target_logits, kernels.MAX_VOCAB):
             self.stats.passed += 1
             return original(*args, **kwargs)
         try:
             launch_args, launch_kwargs = self.prepare(*args, use_fp64_gumbel=use_fp64_gumbel)
-            out = spectune_rejection_sample(*launch_args, **launch_kwargs)
+            out = kernels.rejection_sample(*launch_args, **launch_kwargs)
         except Exception as exc:
             self.uninstall()
             if self.on_error is not None:
@@ -369,8 +400,10 @@ def expand_kernel(
     output_ptr[:n].copy_(expanded[:n])
 
 
-def _supported(draft_probs: torch.Tensor | None, target_logits: torch.Tensor) -> bool:
-    if target_logits.shape[-1] > MAX_VOCAB or target_logits.dtype not in _LOGITS_DTYPES:
+def _supported(
+    draft_probs: torch.Tensor | None, target_logits: torch.Tensor, max_vocab: int
+) -> bool:
+    if target_logits.shape[-1] > max_vocab or target_logits.dtype not in _LOGITS_DTYPES:
         return False
     return draft_probs is None or draft_probs.dtype == torch.float32
 

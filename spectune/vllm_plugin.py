@@ -34,8 +34,8 @@ import logging
 import os
 import re
 import sys
+import threading
 from collections.abc import Callable
-from dataclasses import dataclass
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
@@ -74,10 +74,14 @@ _HOOK_MARK = "_spectune_worker_hook"
 _KERNEL = "rejection_sample"
 
 
-@dataclass
 class _State:
-    registered: bool = False
-    router: Router | None = None
+    """Process-wide plugin state (plain classes here: this module is imported by every
+    vLLM process, and generating dataclass methods costs milliseconds)."""
+
+    def __init__(self) -> None:
+        self.registered = False
+        self.router: Router | None = None
+        self.prefetch: threading.Thread | None = None
 
 
 _STATE = _State()
@@ -179,13 +183,21 @@ def _caller_vllm_config(frame: FrameType | None) -> Any:
         return None
 
 
-def _on_worker_init(vllm_config: Any) -> None:
-    """Decide for this engine's worker; install (or remove) the routing. Never raises."""
+def _on_worker_init(vllm_config: Any, *, at_first_call: bool | None = None) -> None:
+    """Decide for this engine's worker; install (or remove) the routing. Never raises.
+
+    Args:
+        vllm_config: The engine's config (``None``: unknown; V1 assumed).
+        at_first_call: Identify the device and load configs at the first verification
+            call instead of now; ``None`` means on GPUs (the default), not on CPU.
+    """
     router = None
     try:
         import vllm.v1.sample.rejection_sampler as rs
         from vllm.platforms import current_platform
 
+        if at_first_call is None:
+            at_first_call = not current_platform.is_cpu()
         router = _router(rs)
         router.reset()
         if _env_flag(ENV_DISABLE):
@@ -199,19 +211,34 @@ def _on_worker_init(vllm_config: Any) -> None:
             return
         router.rng = _rng_mode()
         router.install()
-        if current_platform.is_cpu():
+        if at_first_call:
+            # The device is identified at the first call: before that, vLLM may not have
+            # selected this worker's GPU, and we create no device context of our own.
+            # Meanwhile the kernels and the database layer are imported in the
+            # background, off vLLM's startup path (the model loads in the meantime).
+            router.on_first_call = _decide
+            _STATE.prefetch = threading.Thread(
+                target=_prefetch, name="spectune-prefetch", daemon=True
+            )
+            _STATE.prefetch.start()
+        else:
             import torch
 
             _decide(router, torch.device("cpu"))
-        else:
-            # The device is identified at the first call: before that, vLLM may not have
-            # selected this worker's GPU, and we create no device context of our own.
-            router.on_first_call = _decide
     except Exception as exc:
         if router is not None:
             _uninstall(router)
         logger.warning("spectune: routing not set up (%s); vLLM runs unchanged",
                        _one_line(exc))
+
+
+def _prefetch() -> None:
+    """Import what the first verification call needs: kernels, database reader."""
+    try:
+        import spectune.db
+        import spectune.kernels  # noqa: F401
+    except Exception:  # the first call imports them again and reports the error
+        logger.debug("spectune: prefetch failed", exc_info=True)
 
 
 def _router(module: Any) -> Router:
@@ -309,7 +336,6 @@ def _decide(router: Router, device: torch.device) -> None:
 # --------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
 class _Configs:
     """Tuned configs usable on this device.
 
@@ -319,9 +345,14 @@ class _Configs:
         usable: How many configs are usable here.
     """
 
-    lookup: Callable[[Problem], dict[str, int] | None]
-    description: str
-    usable: int
+    __slots__ = ("description", "lookup", "usable")
+
+    def __init__(
+        self, lookup: Callable[[Problem], dict[str, int] | None], description: str, usable: int
+    ) -> None:
+        self.lookup = lookup
+        self.description = description
+        self.usable = usable
 
 
 def _no_config(problem: Problem) -> dict[str, int] | None:

@@ -245,6 +245,40 @@ def test_worker_routes_after_the_platform_overrides(
 
 
 @needs_kernels
+@pytest.mark.parametrize("force", [True, False], ids=["forced", "no-configs"])
+def test_worker_can_decide_at_the_first_call(
+    monkeypatch: pytest.MonkeyPatch, spec_config: Any, worker_state: None,
+    plugin_log: list[logging.LogRecord], force: bool,
+) -> None:
+    """The GPU path (device known only at the first call), exercised on CPU."""
+    if force:
+        monkeypatch.setenv("SPECTUNE_FORCE", "1")
+    vllm_plugin._on_worker_init(spec_config, at_first_call=True)
+    router = vllm_plugin._STATE.router
+    assert router is not None and router.installed and not router.configured
+    assert not plugin_log  # nothing identified or loaded yet
+    prefetch = vllm_plugin._STATE.prefetch
+    assert prefetch is not None
+    prefetch.join(timeout=120)
+    assert not prefetch.is_alive()
+    before = vllm_plugin.routed_calls()
+    batch = make_batch([3, 2], 24, seed=2, draft_probs=True)
+    out, _ = call(rs.rejection_sample, batch, [1.0, 1.0], [0, 1])
+    expected, _ = call(router.original, batch, [1.0, 1.0], [0, 1])
+    assert out.tolist() == expected.tolist()
+    if force:
+        assert router.installed and router.configured
+        assert vllm_plugin.routed_calls() == before + 1
+        info = messages(plugin_log, logging.INFO)
+        assert len(info) == 1 and "routed vLLM V1 rejection sampling" in info[0]
+    else:  # no tuned configs: vLLM's function from the first call on
+        assert not router.installed
+        assert vllm_plugin.routed_calls() == before
+        warnings = messages(plugin_log, logging.WARNING)
+        assert len(warnings) == 1 and "nothing routed" in warnings[0]
+
+
+@needs_kernels
 @pytest.mark.parametrize(
     ("env", "spec", "why"),
     [
