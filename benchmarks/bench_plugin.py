@@ -4,7 +4,8 @@ Startup (goal <= 50 ms): in fresh processes, after vLLM's own imports, the time 
 ``register()`` plus what the worker hook adds after the platform's kernel overrides:
 identify the device, load a database of ``--rows`` tuned rows (all usable here: every
 row is validated and indexed, the worst case), install the routing. Reported in parts:
-importing spectune's kernels, importing ``spectune.db`` (SQLAlchemy), loading + routing.
+importing spectune's kernels, importing ``spectune.db`` (no SQLAlchemy: SQLite files are
+read with ``sqlite3``), loading + routing.
 
 Per call: on one process, with the router configured from that database, the host
 work the plugin adds to a verification call (the per-shape config lookup and the

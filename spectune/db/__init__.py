@@ -12,9 +12,16 @@ caller. The public API, re-exported from private modules:
 - validators: :func:`check_row` -> :class:`Verdict`, :func:`check_configs`;
 - files and merging: :func:`read_rows_file`, :func:`write_rows_file`,
   :func:`import_rows`, :func:`merge_databases`, :func:`effective_rows`.
+
+Importing the package is cheap: what needs SQLAlchemy (:func:`open_store`,
+:class:`Store`, :func:`upgrade_database`, the transfers) is imported on first use, and
+:func:`load_index` reads SQLite files with the standard library's ``sqlite3``.
 """
 
 from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
 
 from spectune.db._buckets import batch_bucket, is_batch_bucket
 from spectune.db._checks import SpaceLookup, Spaces, Verdict, check_configs, check_row
@@ -49,10 +56,23 @@ from spectune.db._locations import (
     user_db_path,
     write_target,
 )
+from spectune.db._revision import HEAD_REVISION, REVISIONS
 from spectune.db._row import FIELDS, KEY_FIELDS, Provenance, TunedRow
-from spectune.db._schema import HEAD_REVISION, REVISIONS
-from spectune.db._store import RecordReport, Store, open_store, upgrade_database
-from spectune.db._transfer import effective_rows, import_rows, merge_databases
+
+if TYPE_CHECKING:
+    from spectune.db._store import RecordReport, Store, open_store, upgrade_database
+    from spectune.db._transfer import effective_rows, import_rows, merge_databases
+
+#: Public names that need SQLAlchemy -> their module, imported on first access.
+_LAZY = {
+    "RecordReport": "spectune.db._store",
+    "Store": "spectune.db._store",
+    "open_store": "spectune.db._store",
+    "upgrade_database": "spectune.db._store",
+    "effective_rows": "spectune.db._transfer",
+    "import_rows": "spectune.db._transfer",
+    "merge_databases": "spectune.db._transfer",
+}
 
 __all__ = [
     "ENV_DB",
@@ -104,3 +124,17 @@ __all__ = [
     "write_rows_file",
     "write_target",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """Import the SQLAlchemy-backed public names on first access."""
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

@@ -59,10 +59,16 @@ def space_lookup(spaces: Spaces | None) -> SpaceLookup | None:
         return None
     if isinstance(spaces, Mapping):
         mapping = spaces
+        # for_backend builds a new space each call: build each (kernel, backend) once.
+        seen: dict[tuple[str, str], SearchSpace | None] = {}
 
         def lookup(kernel: str, backend: str) -> SearchSpace | None:
+            key = (kernel, backend)
+            if key in seen:
+                return seen[key]
             space = mapping.get(kernel)
-            return None if space is None else space.for_backend(backend)
+            found = seen[key] = None if space is None else space.for_backend(backend)
+            return found
 
         return lookup
     if callable(spaces):

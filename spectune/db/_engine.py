@@ -9,7 +9,6 @@ also ``immutable=1``), so reading never creates or changes a file.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -20,11 +19,10 @@ from sqlalchemy.engine import URL, Engine
 from sqlalchemy.exc import SQLAlchemyError
 
 from spectune.db._errors import DatabaseError, NotADatabaseError, one_line
+from spectune.db._sqlite import BUSY_TIMEOUT_S, translate_sqlite_error
 
 __all__ = ["BUSY_TIMEOUT_S", "READS_ONLY", "make_engine", "translate_errors"]
 
-#: How long a SQLite writer waits for another writer's lock before giving up.
-BUSY_TIMEOUT_S = 30.0
 #: Execution option marking transactions that only read: SQLite starts them deferred,
 #: so they never wait for (or hold up) a writer.
 READS_ONLY = "spectune_reads_only"
@@ -80,15 +78,6 @@ def _sqlite_engine(url: URL, *, readonly: bool, immutable: bool) -> Engine:
     return engine
 
 
-_SQLITE_MESSAGES = (
-    (re.compile(r"file is not a database|file is encrypted"), "is not a SQLite database"),
-    (re.compile(r"malformed|corrupt"), "is corrupt"),
-    (re.compile(r"unable to open database"), "cannot be opened"),
-    (re.compile(r"readonly database|read-only"), "is read-only here"),
-    (re.compile(r"database is locked|database table is locked"), "is locked by another writer"),
-)
-
-
 @contextmanager
 def translate_errors(location: str) -> Iterator[None]:
     """Turn SQLAlchemy and driver errors inside the block into a one-line ``DatabaseError``."""
@@ -103,15 +92,7 @@ def _translate(exc: SQLAlchemyError, location: str) -> DatabaseError:
     detail = one_line(str(orig) if orig is not None else str(exc), limit=200)
     module = type(orig).__module__ if orig is not None else ""
     if module.startswith("sqlite3"):
-        for pattern, what in _SQLITE_MESSAGES:
-            if pattern.search(detail):
-                if what in ("is not a SQLite database", "is corrupt"):
-                    return NotADatabaseError(f"{location} {what} ({detail})")
-                if what == "is locked by another writer":
-                    return DatabaseError(
-                        f"{location} {what} (waited {BUSY_TIMEOUT_S:g} s); try again later"
-                    )
-                return DatabaseError(f"{location} {what} ({detail})")
+        return translate_sqlite_error(orig, location)
     if module.startswith("psycopg") and "connect" in type(orig).__name__.lower() + detail:
         return DatabaseError(f"cannot connect to {location}: {detail}")
     return DatabaseError(f"{location}: {detail}")

@@ -6,43 +6,42 @@ shipped one; first wins per key), keeps only rows usable on the running system (
 and problem (batch bucketed) for the running device and Triton version. A source
 that is absent, corrupt, of another schema or unreachable is logged and skipped;
 nothing here raises.
+
+SQLite files (the user and shipped databases, a ``SPECTUNE_DB`` path or ``sqlite:///``
+URL) are read with the standard library's ``sqlite3`` (:mod:`spectune.db._sqlite`):
+importing this module and loading from SQLite never imports SQLAlchemy, which only a
+PostgreSQL source (or a ``SPECTUNE_DB`` URL that needs parsing) brings in.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+import os
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
-
-from sqlalchemy import Integer, Text, cast, func, select, tuple_, type_coerce
+from typing import TYPE_CHECKING, Any
 
 from spectune.db._buckets import batch_bucket
 from spectune.db._checks import Checker, Spaces
 from spectune.db._errors import DatabaseError, one_line
-from spectune.db._locations import ENV_DB, Source, default_sources, fallback_sources
-from spectune.db._models import TunedConfigRecord
-from spectune.db._store import open_store
-from spectune.identity import DeviceIdentity, SoftwareIdentity
-from spectune.space import Problem
+from spectune.db._locations import (
+    ENV_DB,
+    Source,
+    shipped_db_path,
+    sqlite_file_target,
+    sqlite_path,
+    user_db_path,
+)
+from spectune.db._sqlite import read_usable_candidates
+
+if TYPE_CHECKING:
+    from spectune.identity import DeviceIdentity, SoftwareIdentity
+    from spectune.space import Problem
 
 __all__ = ["ConfigIndex", "SourceReport", "load_index"]
 
 logger = logging.getLogger("spectune.db")
-
-_t = TunedConfigRecord
-_DEVICE_COLUMNS = (_t.backend, _t.arch, _t.device_name, _t.cu_count, _t.warp_size)
-_COLUMNS = (
-    _t.kernel,
-    _t.spec_len,
-    _t.batch,
-    _t.vocab,
-    _t.dtype,
-    # As stored (0/1 on SQLite): skips a per-row conversion; 1 == True as a dict key.
-    type_coerce(_t.draft_probs, Integer),
-    cast(_t.config, Text),
-)
 
 
 @dataclass(frozen=True)
@@ -183,47 +182,166 @@ def load_index(
         logger.warning("spectune: tuned configs not loaded: %s", one_line(exc))
         return ConfigIndex()
     reports: list[SourceReport] = []
+    places: Sequence[Source | _SqliteFile]
     if sources is None:
         try:
-            sources = default_sources()
+            places = _default_places()
         except Exception as exc:  # a bad SPECTUNE_DB: skip it, read the others
             message = one_line(exc)
             logger.warning("spectune: skipping %s: %s", ENV_DB, message)
             reports.append(
                 SourceReport(name=ENV_DB, location="(invalid)", status="error", error=message)
             )
-            sources = fallback_sources()
+            places = _fallback_places()
+    else:
+        places = sources
     entries: dict[tuple[Any, ...], dict[str, int]] = {}
-    reports += [_load_source(source, checker, entries) for source in sources]
+    reports += [_load_place(place, checker, entries) for place in places]
     running = (*checker.running_device, checker.software.triton)
     index = ConfigIndex(running=running, entries=entries, sources=reports)
     logger.info("%s", index.describe())
     return index
 
 
-def _load_source(
+@dataclass(frozen=True)
+class _SqliteFile:
+    """A SQLite database file, read with ``sqlite3`` (no SQLAlchemy URL needed).
+
+    Attributes:
+        name: As :attr:`Source.name`.
+        path: The file (``url.database`` of the equivalent :class:`Source`); also its
+            location in reports, as :func:`spectune.db.display_url` gives it.
+        immutable: As :attr:`Source.immutable`.
+    """
+
+    name: str
+    path: str
+    immutable: bool = False
+
+    @property
+    def location(self) -> str:
+        return self.path
+
+
+def _default_places() -> list[Source | _SqliteFile]:
+    """:func:`spectune.db.default_sources`, with SQLite files found without SQLAlchemy.
+
+    Raises:
+        DatabaseError: when ``SPECTUNE_DB`` is set but not a usable URL or path.
+    """
+    env = os.environ.get(ENV_DB)
+    first: list[Source | _SqliteFile] = []
+    if env:
+        path = sqlite_file_target(env)
+        if path is not None:
+            first = [_SqliteFile(name=ENV_DB, path=path)]
+        else:  # PostgreSQL, a URL with a query, or an invalid target: SQLAlchemy parses
+            from spectune.db._locations import parse_target
+
+            first = [Source(name=ENV_DB, url=parse_target(env))]
+    return [*first, *_fallback_places()]
+
+
+def _fallback_places() -> list[Source | _SqliteFile]:
+    """:func:`spectune.db.fallback_sources` as SQLite files."""
+    return [
+        _SqliteFile(name="user", path=sqlite_path(user_db_path())),
+        _SqliteFile(name="shipped", path=sqlite_path(shipped_db_path()), immutable=True),
+    ]
+
+
+def _load_place(
+    place: Source | _SqliteFile,
+    checker: Checker,
+    entries: dict[tuple[Any, ...], dict[str, int]],
+) -> SourceReport:
+    location = place.location
+    try:
+        if isinstance(place, Source):
+            url = place.url
+            # Read-only SQLite engines open the file with the default driver whatever
+            # the URL's driver and query: sqlite3 reads it the same way.
+            if url.get_backend_name() != "sqlite" or not url.database:
+                return _load_with_sqlalchemy(place, checker, entries)
+            place = _SqliteFile(name=place.name, path=url.database, immutable=place.immutable)
+        path = Path(place.path)
+        if not path.exists():
+            return SourceReport(name=place.name, location=location, status="absent")
+        total, groups = read_usable_candidates(
+            path,
+            location=location,
+            immutable=place.immutable,
+            device=checker.running_device,
+            triton=checker.software.triton,
+            kernel_hashes=checker.kernel_hashes,
+        )
+        return _index_rows(place.name, location, total, groups, checker, entries)
+    except Exception as exc:  # a reader the serving path uses never raises
+        return _skipped(place.name, location, exc)
+
+
+def _load_with_sqlalchemy(
     source: Source, checker: Checker, entries: dict[tuple[Any, ...], dict[str, int]]
 ) -> SourceReport:
+    """Read a source through SQLAlchemy (PostgreSQL). Raises on any failure."""
+    from sqlalchemy import Integer, Text, cast, func, select, tuple_, type_coerce
+
+    from spectune.db._models import TunedConfigRecord as t
+    from spectune.db._store import open_store
+
     location = source.location
-    try:
-        is_file = source.url.get_backend_name() == "sqlite"
-        if is_file and not Path(source.url.database or "").exists():
-            return SourceReport(name=source.name, location=location, status="absent")
-        # Only rows of the running device, Triton version and kernel sources can be
-        # usable: let the database filter them, then check configs here.
-        running = zip(_DEVICE_COLUMNS, checker.running_device, strict=True)
-        query = select(*_COLUMNS).where(
-            *(column == value for column, value in running),
-            _t.triton_version == checker.software.triton,
-            tuple_(_t.kernel, _t.kernel_hash).in_(list(checker.kernel_hashes.items())),
-        )
-        with open_store(source, readonly=True) as store:
-            counted, result = store._fetch(select(func.count()).select_from(_t), query)
-        total = counted[0][0]
-        usable = used = 0
-        usable_config = checker.usable_config
-        for kernel, k, batch, vocab, dtype, draft, text in result:
-            config = usable_config(kernel, text)
+    if source.url.get_backend_name() == "sqlite" and not Path(source.url.database or "").exists():
+        return SourceReport(name=source.name, location=location, status="absent")
+    # Only rows of the running device, Triton version and kernel sources can be usable:
+    # let the database filter them, then check configs here.
+    device_columns = (t.backend, t.arch, t.device_name, t.cu_count, t.warp_size)
+    running = zip(device_columns, checker.running_device, strict=True)
+    query = select(
+        t.kernel,
+        t.spec_len,
+        t.batch,
+        t.vocab,
+        t.dtype,
+        # As stored (0/1 on SQLite): skips a per-row conversion; 1 == True as a dict key.
+        type_coerce(t.draft_probs, Integer),
+        cast(t.config, Text),
+    ).where(
+        *(column == value for column, value in running),
+        t.triton_version == checker.software.triton,
+        tuple_(t.kernel, t.kernel_hash).in_(list(checker.kernel_hashes.items())),
+    )
+    with open_store(source, readonly=True) as store:
+        counted, result = store._fetch(select(func.count()).select_from(t), query)
+    groups: dict[str, list[Sequence[Any]]] = {}
+    for kernel, *rest in result:
+        groups.setdefault(kernel, []).append(rest)
+    return _index_rows(source.name, location, counted[0][0], groups.items(), checker, entries)
+
+
+def _index_rows(
+    name: str,
+    location: str,
+    total: int,
+    groups: Iterable[tuple[str, Iterable[Sequence[Any]]]],
+    checker: Checker,
+    entries: dict[tuple[Any, ...], dict[str, int]],
+) -> SourceReport:
+    """Add the usable rows, given per kernel family as ``(k, batch, vocab, dtype, draft,
+    config text)``.
+
+    Rows come from the database's filter on the running device, Triton version and
+    kernel hashes; only their configs are left to check, once per distinct config text
+    of a family: rows sharing a config share the verdict.
+    """
+    usable = used = 0
+    usable_config = checker.usable_config
+    missing: Any = object()
+    for kernel, rows in groups:
+        verdicts: dict[str, dict[str, int] | None] = {}
+        for k, batch, vocab, dtype, draft, text in rows:
+            config = verdicts.get(text, missing)
+            if config is missing:
+                config = verdicts[text] = usable_config(kernel, text)
             if config is None:
                 continue
             usable += 1
@@ -231,17 +349,14 @@ def _load_source(
             if key not in entries:
                 entries[key] = config
                 used += 1
-        return SourceReport(
-            name=source.name,
-            location=location,
-            status="read",
-            rows=total,
-            usable=usable,
-            used=used,
-        )
-    except Exception as exc:  # a reader the serving path uses never raises
-        message = one_line(exc)
-        logger.warning("spectune: skipping tuned-config database %s: %s", location, message)
-        if not isinstance(exc, DatabaseError):
-            logger.debug("details", exc_info=True)
-        return SourceReport(name=source.name, location=location, status="error", error=message)
+    return SourceReport(
+        name=name, location=location, status="read", rows=total, usable=usable, used=used
+    )
+
+
+def _skipped(name: str, location: str, exc: Exception) -> SourceReport:
+    message = one_line(exc)
+    logger.warning("spectune: skipping tuned-config database %s: %s", location, message)
+    if not isinstance(exc, DatabaseError):
+        logger.debug("details", exc_info=True)
+    return SourceReport(name=name, location=location, status="error", error=message)

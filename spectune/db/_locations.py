@@ -13,13 +13,19 @@ the same key:
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
-
-from sqlalchemy.engine import URL, make_url
-from sqlalchemy.exc import ArgumentError
+from typing import TYPE_CHECKING
+from urllib.parse import unquote
 
 from spectune.db._errors import DatabaseError
+
+if TYPE_CHECKING:
+    from sqlalchemy.engine import URL
+
+# SQLAlchemy is imported only where a URL object is made or parsed: the serving path
+# reads SQLite files without it (see sqlite_file_target).
 
 __all__ = [
     "ENV_DB",
@@ -30,6 +36,8 @@ __all__ = [
     "fallback_sources",
     "parse_target",
     "shipped_db_path",
+    "sqlite_file_target",
+    "sqlite_path",
     "user_db_path",
     "write_target",
 ]
@@ -94,6 +102,9 @@ def parse_target(target: str | os.PathLike[str]) -> URL:
         raise DatabaseError(f"database must be a URL or a path, got {target!r}")
     if "://" not in target:
         return _sqlite_url(Path(target))
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
     try:
         url = make_url(target)
     except (ArgumentError, ValueError):
@@ -146,11 +157,44 @@ def fallback_sources() -> list[Source]:
     ]
 
 
+def sqlite_path(path: Path) -> str:
+    """The database of the SQLite URL :func:`parse_target` makes for a file path."""
+    return str(path.expanduser().absolute())
+
+
+# sqlite:///DATABASE as SQLAlchemy's make_url reads it when DATABASE has no query.
+_PLAIN_SQLITE_URL = re.compile(r"sqlite(?:\+pysqlite)?:///(?P<database>[^?]*)", re.DOTALL)
+
+
+def sqlite_file_target(target: str) -> str | None:
+    """The SQLite file ``target`` names, found without SQLAlchemy, or ``None``.
+
+    Gives the database :func:`parse_target` would give (``url.database``, which is also
+    how the database is displayed) for a file path or a plain ``sqlite:///`` URL (the
+    default driver, no query). ``None`` for anything else, including targets
+    :func:`parse_target` refuses: callers then use :func:`parse_target`.
+    """
+    if not isinstance(target, str) or not target.strip():
+        return None
+    if "://" not in target:
+        return sqlite_path(Path(target))
+    match = _PLAIN_SQLITE_URL.fullmatch(target)
+    if match is None:
+        return None
+    database = unquote(match["database"])
+    return None if database in ("", ":memory:") else database
+
+
 def _sqlite_url(path: Path) -> URL:
-    return URL.create("sqlite", database=str(path.expanduser().absolute()))
+    from sqlalchemy.engine import URL
+
+    return URL.create("sqlite", database=sqlite_path(path))
 
 
 def _redact(text: str) -> str:
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
     try:
         return display_url(make_url(text))
     except (ArgumentError, ValueError):

@@ -17,11 +17,10 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 from sqlalchemy.types import TypeDecorator
 
 from spectune.db._names import NAME_MAX, TEXT_MAX
+from spectune.db._revision import TABLE_NAME
 from spectune.db._row import KEY_FIELDS
 
 __all__ = ["TABLE_NAME", "Base", "TunedConfigRecord", "UTCDateTime"]
-
-TABLE_NAME = "tuned_configs"
 
 
 class UTCDateTime(TypeDecorator[datetime]):
