@@ -1,10 +1,14 @@
 #!/usr/bin/env bash
-# The main job: set up, then run the verification kernels on CPU (Triton interpreter)
-# on a realistic case, side by side with the PyTorch reference.
+# The main job: set up, run a short sweep on small shapes into the embedded SQLite
+# default (the user database, or SPECTUNE_DB), and show the tuned table. Without a GPU
+# the kernels run on CPU under Triton's interpreter: its timings are CPU wall time.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 # shellcheck disable=SC1091
 . .venv/bin/activate
-export TRITON_INTERPRET=1
-exec spectune demo "$@"
+if ! python -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)'; then
+    export TRITON_INTERPRET=1
+fi
+spectune sweep --spec-lens 1,2 --batch-sizes 1,4 --vocab-sizes 32000 --trials 10 --patience 6 "$@"
+spectune db show

@@ -1,0 +1,166 @@
+"""Compare search strategies by replay on recorded and synthetic T4 spaces.
+
+    python benchmarks/bench_replay.py --repeats 50 --budget 200 --workers 2 \
+        --samplers auto,tpe,gp,random --synthetic 6 --out /tmp/bench.json
+
+Prints one line per (space, strategy): the median fraction of the optimum at each
+budget, the share of seeds reaching 0.95 at 100, random search's median at each budget,
+and seconds per run. ``--synthetic N`` adds N generated spaces (seeds 0..N-1, varying
+roughness and failure rates) written to a temporary directory.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_var, "1")
+
+import numpy as np  # noqa: E402
+
+from spectune.autotune._strategies import (  # noqa: E402
+    STRATEGIES,
+    GPStrategy,
+    InterleavedStrategy,
+    OptunaStrategy,
+    _tpe,
+)
+from spectune.autotune._synthetic import SyntheticSpec, write_synthetic  # noqa: E402
+from spectune.autotune.replay import replay  # noqa: E402
+from spectune.autotune.t4 import load_t4  # noqa: E402
+
+SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "tuning-spaces"
+
+
+def _gp_variant(seed: int, **kw: object) -> GPStrategy:
+    return GPStrategy(**kw)  # type: ignore[arg-type]
+
+
+def _tpe_variant(seed: int, **kw: object) -> OptunaStrategy:
+    import optuna
+
+    return OptunaStrategy(optuna.samplers.TPESampler(seed=seed, **kw), name="tpe-variant")  # type: ignore[arg-type]
+
+
+def _hybrid(seed: int, *, every: int, n_init: int = 5, radius: int = 2) -> InterleavedStrategy:
+    return InterleavedStrategy(
+        GPStrategy(n_init=n_init, radius=radius),
+        OptunaStrategy(_tpe(seed), name="tpe"),
+        every=every,
+    )
+
+
+def _tpe_refined(seed: int, *, every: int, startup: int = 10) -> InterleavedStrategy:
+    tpe = optuna_tpe(seed, n_startup_trials=startup)
+    return InterleavedStrategy(OptunaStrategy(tpe, name="tpe"), GPStrategy(), every=every)
+
+
+def optuna_tpe(seed: int, **kw: object) -> object:
+    import optuna
+
+    return optuna.samplers.TPESampler(multivariate=True, constant_liar=True, seed=seed, **kw)  # type: ignore[arg-type]
+
+
+#: Variants beyond the registered strategies, for the comparison in docs/replay.md.
+VARIANTS = {
+    "gp-tr-r1": functools.partial(_gp_variant, radius=1),
+    "gp-tr-r3": functools.partial(_gp_variant, radius=3),
+    "gp-tr-init10": functools.partial(_gp_variant, n_init=10),
+    "gp-tr-init20": functools.partial(_gp_variant, n_init=20),
+    "hybrid2": functools.partial(_hybrid, every=2),
+    "hybrid3": functools.partial(_hybrid, every=3),
+    "hybrid4": functools.partial(_hybrid, every=4),
+    "tpe+gptr2": functools.partial(_tpe_refined, every=2),
+    "tpe+gptr3": functools.partial(_tpe_refined, every=3),
+    "tpe+gptr4": functools.partial(_tpe_refined, every=4),
+    "tpe5+gptr3": functools.partial(_tpe_refined, every=3, startup=5),
+    "tpe-startup5": functools.partial(_tpe_variant, multivariate=True, n_startup_trials=5),
+    "tpe-indep": functools.partial(_tpe_variant, multivariate=False),
+    "tpe-group": functools.partial(_tpe_variant, multivariate=True, group=True),
+    "tpe-startup20": functools.partial(_tpe_variant, multivariate=True, n_startup_trials=20),
+}
+
+#: Synthetic spaces: (roughness, fail fraction) cycled over seeds.
+SYNTHETIC = [(0.05, 0.05), (0.1, 0.25), (0.2, 0.05), (0.3, 0.4), (0.1, 0.05), (0.2, 0.2)]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--files", default="", help="comma-separated T4 files (default: shared)")
+    parser.add_argument("--samplers", default="auto,random")
+    parser.add_argument("--repeats", type=int, default=20)
+    parser.add_argument("--budget", type=int, default=100)
+    parser.add_argument("--workers", type=int, default=1)
+    parser.add_argument("--synthetic", type=int, default=0)
+    parser.add_argument("--no-shared", action="store_true")
+    parser.add_argument("--noisy", action="store_true")
+    parser.add_argument("--out", type=Path)
+    args = parser.parse_args()
+
+    files = [Path(f) for f in args.files.split(",") if f]
+    if not files and not args.no_shared:
+        files = sorted(SHARED.glob("*_T4.json.gz"))
+    tmp = tempfile.TemporaryDirectory()
+    for seed in range(args.synthetic):
+        rough, fail = SYNTHETIC[seed % len(SYNTHETIC)]
+        spec = SyntheticSpec(roughness=rough, fail_fraction=fail)
+        files.append(write_synthetic(Path(tmp.name) / f"synthetic{seed}.json.gz", spec, seed=seed))
+
+    rows = []
+    for f in files:
+        space = load_t4(f)
+        for name in args.samplers.split(","):
+            sampler = name if name in STRATEGIES else VARIANTS[name]
+            start = time.monotonic()
+            report = replay(
+                space,
+                budget=args.budget,
+                repeats=args.repeats,
+                sampler=sampler,
+                workers=args.workers,
+                noisy=args.noisy,
+            )
+            seconds = (time.monotonic() - start) * args.workers / args.repeats
+            at100 = report.engine_curves[:, min(100, args.budget) - 1]
+            row = {
+                "file": space.name,
+                "sampler": name,
+                "repeats": args.repeats,
+                "noisy": args.noisy,
+                "hit95_at_100": float(np.mean(at100 >= 0.95)),
+                "seconds_per_run": seconds,
+                **report.to_json(),
+            }
+            row["results"] = [
+                {
+                    **r,
+                    "random_q25_fraction": b.random_q25_fraction,
+                    "random_q75_fraction": b.random_q75_fraction,
+                }
+                for r, b in zip(row["results"], report.results, strict=True)
+            ]
+            rows.append(row)
+            cells = " ".join(
+                f"{r['budget']}:{r['median_fraction']:.3f}[{r['q25_fraction']:.2f}-{r['q75_fraction']:.2f}]"
+                f"/r{r['random_median_fraction']:.3f}"
+                for r in row["results"]
+            )
+            print(
+                f"{space.name:28s} {name:14s} {cells} hit95@100={row['hit95_at_100']:.2f} "
+                f"({seconds:.1f}s/run)",
+                flush=True,
+            )
+    if args.out:
+        args.out.write_text(json.dumps(rows, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

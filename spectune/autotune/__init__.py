@@ -1,0 +1,41 @@
+"""Tuning: the search engine (studies, trials, stop conditions) and replays of recorded spaces.
+
+The engine (:class:`Search`, :func:`search`) proposes one configuration of a
+:class:`~spectune.space.SearchSpace` at a time through an Optuna study, evaluates it with
+an objective that returns an :class:`Outcome`, and records it. ``replay`` benchmarks the
+same engine on fully measured spaces (T4 files).
+"""
+
+from __future__ import annotations
+
+from spectune.autotune._engine import (
+    STOP_REASONS,
+    Objective,
+    Search,
+    SearchObserver,
+    SearchProgress,
+    SearchResult,
+    search,
+)
+from spectune.autotune._index import SpaceIndex
+from spectune.autotune._outcome import FAILURE_KINDS, Outcome, Status, TrialRecord
+from spectune.autotune._sampler import ProposalContext, Strategy
+from spectune.autotune._strategies import STRATEGIES
+
+__all__ = [
+    "FAILURE_KINDS",
+    "STOP_REASONS",
+    "STRATEGIES",
+    "Objective",
+    "Outcome",
+    "ProposalContext",
+    "Search",
+    "SearchObserver",
+    "SearchProgress",
+    "SearchResult",
+    "SpaceIndex",
+    "Status",
+    "Strategy",
+    "TrialRecord",
+    "search",
+]

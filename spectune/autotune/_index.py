@@ -1,0 +1,88 @@
+"""The valid configurations of a search space, enumerated once, as a matrix of indices.
+
+Every strategy works on this matrix: row ``i`` is one valid config, column ``j`` the
+position of its value in ``space.params[j].values`` (the ordinal encoding). Proposals
+are rows, so a strategy can only ever propose a valid configuration.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Mapping
+
+import numpy as np
+from optuna.distributions import CategoricalDistribution
+
+from spectune.space import SearchSpace
+
+__all__ = ["MAX_ENUMERATED", "SpaceIndex"]
+
+#: Largest product of value-list lengths the engine enumerates.
+MAX_ENUMERATED = 2_000_000
+
+
+class SpaceIndex:
+    """The valid configs of ``space`` as rows of an index matrix.
+
+    Args:
+        space: The search space.
+
+    Raises:
+        ValueError: naming ``space`` when it has no parameter or no valid config, or
+            when its product of value lists exceeds :data:`MAX_ENUMERATED`.
+    """
+
+    def __init__(self, space: SearchSpace) -> None:
+        if not space.params:
+            raise ValueError("space must have at least one parameter")
+        if space.cardinality() > MAX_ENUMERATED:
+            raise ValueError(
+                f"space has {space.cardinality()} combinations, more than the "
+                f"{MAX_ENUMERATED} the engine enumerates; narrow its value lists"
+            )
+        self.space = space
+        self.names = space.names
+        self.values = tuple(p.values for p in space.params)
+        self.cards = np.array([len(v) for v in self.values])
+        if space.constraints:
+            rows = []
+            for combo in itertools.product(*(range(len(v)) for v in self.values)):
+                config = {n: v[i] for n, v, i in zip(self.names, self.values, combo, strict=True)}
+                if all(c.check(config) for c in space.constraints):
+                    rows.append(combo)
+        else:  # the full product, without a Python call per config
+            mesh = np.meshgrid(*(np.arange(len(v)) for v in self.values), indexing="ij")
+            rows = [tuple(r) for r in np.stack([m.ravel() for m in mesh], axis=1).tolist()]
+        self.grid = np.array(rows, dtype=np.int32).reshape(len(rows), len(self.names))
+        self._row = {row: i for i, row in enumerate(rows)}
+        self._pos = [{v: i for i, v in enumerate(vals)} for vals in self.values]
+        self.distributions = {
+            n: CategoricalDistribution(list(v))
+            for n, v in zip(self.names, self.values, strict=True)
+        }
+
+    def __len__(self) -> int:
+        return len(self.grid)
+
+    def row(self, config: Mapping[str, object]) -> int | None:
+        """Row of ``config``, or ``None`` when it is not a valid config of the space."""
+        try:
+            key = tuple(pos[config[n]] for n, pos in zip(self.names, self._pos, strict=True))  # type: ignore[index]
+        except (KeyError, TypeError):
+            return None
+        return self._row.get(key)
+
+    def config(self, row: int) -> dict[str, int]:
+        """The config of ``row``."""
+        return {
+            n: int(vals[i])
+            for n, vals, i in zip(self.names, self.values, self.grid[row], strict=True)
+        }
+
+    def features(self) -> np.ndarray:
+        """Ordinal features in [0, 1] of every row, single-valued parameters dropped."""
+        span = np.maximum(self.cards - 1, 1)
+        keep = self.cards > 1
+        if not keep.any():
+            return np.zeros((len(self.grid), 1))
+        return (self.grid / span)[:, keep].astype(float)

@@ -1,0 +1,197 @@
+"""The Optuna sampler of the engine: it only ever proposes valid, unseen configurations.
+
+:class:`SpaceSampler` is an Optuna sampler over a :class:`SpaceIndex`. It reads the
+study, hands a strategy the evaluated rows (and those running in other workers), and
+turns the row the strategy picks into the trial's parameters. A strategy can wrap any
+Optuna sampler (its proposals outside the space, or already seen, are resampled and
+then repaired to the nearest available row), or pick rows itself.
+
+When nothing is left to propose the sampler marks the trial ``spectune.exhausted`` and
+the engine stops.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import optuna
+from optuna.distributions import BaseDistribution
+from optuna.trial import FrozenTrial, TrialState
+
+from spectune.autotune._index import SpaceIndex
+from spectune.autotune._recording import charged_status, config_of
+
+__all__ = ["EXHAUSTED_KEY", "History", "ProposalContext", "SpaceSampler", "Strategy"]
+
+EXHAUSTED_KEY = "spectune.exhausted"
+
+
+@dataclass(frozen=True)
+class History:
+    """What a strategy knows of the study.
+
+    Attributes:
+        rows: Index rows of the charged evaluations, in trial order.
+        times: Their times; NaN for failed and invalid ones.
+        pending: Rows being evaluated by other workers.
+    """
+
+    rows: np.ndarray
+    times: np.ndarray
+    pending: np.ndarray
+
+    @property
+    def ok(self) -> np.ndarray:
+        return ~np.isnan(self.times)
+
+    def best_row(self) -> int | None:
+        """Row of the best time so far, ``None`` before any success."""
+        if not self.ok.any():
+            return None
+        return int(self.rows[int(np.nanargmin(self.times))])
+
+
+@dataclass(frozen=True)
+class ProposalContext:
+    """Everything a strategy may use to pick the next row.
+
+    Attributes:
+        index: The enumerated space.
+        history: Evaluated and pending rows.
+        available: Mask over index rows: neither evaluated nor pending.
+        rng: The sampler's random generator.
+        study: The Optuna study (for strategies wrapping an Optuna sampler).
+        trial: The trial being sampled.
+    """
+
+    index: SpaceIndex
+    history: History
+    available: np.ndarray
+    rng: np.random.Generator
+    study: optuna.Study
+    trial: FrozenTrial
+
+
+class Strategy:
+    """Picks the next row to evaluate. Subclasses override :meth:`propose`."""
+
+    name = "strategy"
+
+    def propose(self, ctx: ProposalContext) -> int | None:
+        """An available row, or ``None`` to let the sampler pick one at random."""
+        raise NotImplementedError
+
+    def before_trial(self, study: optuna.Study, trial: FrozenTrial) -> None:
+        """Called by Optuna before each trial."""
+
+    def after_trial(
+        self,
+        study: optuna.Study,
+        trial: FrozenTrial,
+        state: TrialState,
+        values: Sequence[float] | None,
+    ) -> None:
+        """Called by Optuna after each trial."""
+
+
+class SpaceSampler(optuna.samplers.BaseSampler):
+    """An Optuna sampler that proposes only available rows of ``index``.
+
+    Args:
+        index: The enumerated space.
+        strategy: What picks the rows.
+        seed: Seed of the random generator.
+    """
+
+    def __init__(self, index: SpaceIndex, strategy: Strategy, *, seed: int | None = None) -> None:
+        self.index = index
+        self.strategy = strategy
+        self.rng = np.random.default_rng(seed)
+        self._space = {n: d for n, d in index.distributions.items() if not d.single()}
+
+    def infer_relative_search_space(
+        self, study: optuna.Study, trial: FrozenTrial
+    ) -> dict[str, BaseDistribution]:
+        return dict(self._space)
+
+    def sample_relative(
+        self, study: optuna.Study, trial: FrozenTrial, search_space: dict[str, BaseDistribution]
+    ) -> dict[str, Any]:
+        if not search_space:
+            return {}
+        history = read_history(study, self.index, exclude=trial.number)
+        available = np.ones(len(self.index), dtype=bool)
+        available[history.rows] = False
+        available[history.pending] = False
+        if not available.any():
+            study._storage.set_trial_system_attr(trial._trial_id, EXHAUSTED_KEY, True)
+            row = history.best_row()
+            row = int(history.rows[0]) if row is None and len(history.rows) else row
+            row = 0 if row is None else row
+        else:
+            ctx = ProposalContext(self.index, history, available, self.rng, study, trial)
+            row = self.strategy.propose(ctx)
+            if row is None or not available[row]:
+                row = int(self.rng.choice(np.flatnonzero(available)))
+        config = self.index.config(row)
+        return {n: config[n] for n in search_space}
+
+    def sample_independent(
+        self,
+        study: optuna.Study,
+        trial: FrozenTrial,
+        param_name: str,
+        param_distribution: BaseDistribution,
+    ) -> Any:
+        choices = getattr(param_distribution, "choices", None)
+        if choices is None:  # not one of ours; let Optuna's random sampler answer
+            return optuna.samplers.RandomSampler().sample_independent(
+                study, trial, param_name, param_distribution
+            )
+        return choices[int(self.rng.integers(len(choices)))]
+
+    def before_trial(self, study: optuna.Study, trial: FrozenTrial) -> None:
+        self.strategy.before_trial(study, trial)
+
+    def after_trial(
+        self,
+        study: optuna.Study,
+        trial: FrozenTrial,
+        state: TrialState,
+        values: Sequence[float] | None,
+    ) -> None:
+        self.strategy.after_trial(study, trial, state, values)
+
+    def reseed_rng(self) -> None:
+        self.rng = np.random.default_rng()
+
+
+def read_history(study: optuna.Study, index: SpaceIndex, *, exclude: int = -1) -> History:
+    """Charged evaluations and pending rows of ``study`` (trial ``exclude`` left out)."""
+    rows: list[int] = []
+    times: list[float] = []
+    pending: list[int] = []
+    for t in study.get_trials(deepcopy=False):
+        if t.number == exclude:
+            continue
+        if t.state == TrialState.RUNNING:
+            row = index.row(t.params) if len(t.params) == len(index.names) else None
+            if row is not None:
+                pending.append(row)
+            continue
+        status = charged_status(t)
+        if status is None:
+            continue
+        row = index.row(config_of(t))
+        if row is None:
+            continue
+        rows.append(row)
+        times.append(float(t.value) if status == "ok" and t.value is not None else np.nan)
+    return History(
+        rows=np.array(rows, dtype=np.int64),
+        times=np.array(times, dtype=float),
+        pending=np.array(pending, dtype=np.int64),
+    )

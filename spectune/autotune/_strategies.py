@@ -1,0 +1,227 @@
+"""The strategies the engine can search with, and their names.
+
+* ``gp-tr`` (``auto``): a Gaussian process on log-times over the ordinal encoding, with
+  expected improvement maximised over the configurations that differ from the best one
+  in at most two parameters (a Hamming trust region), after a few random ones.
+* ``gp``: the same model, expected improvement over the whole space.
+* ``tpe``: Optuna's multivariate TPE (categorical parameters), constant liar.
+* ``random``: uniform over the configurations not yet seen.
+
+``docs/replay.md`` records the replay measurements behind the default.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import numpy as np
+import optuna
+from optuna.trial import FrozenTrial, TrialState
+
+from spectune.autotune._gp import GaussianProcess, expected_improvement
+from spectune.autotune._sampler import ProposalContext, Strategy
+
+__all__ = [
+    "STRATEGIES",
+    "GPStrategy",
+    "InterleavedStrategy",
+    "OptunaStrategy",
+    "RandomStrategy",
+    "make_strategy",
+]
+
+
+class RandomStrategy(Strategy):
+    """Uniform over the available configurations."""
+
+    name = "random"
+
+    def propose(self, ctx: ProposalContext) -> int | None:
+        return int(ctx.rng.choice(np.flatnonzero(ctx.available)))
+
+
+class GPStrategy(Strategy):
+    """Expected improvement of a GP on log-times, optionally within a trust region.
+
+    Args:
+        n_init: Random configurations evaluated before the model is used (warm-start
+            configurations count towards them).
+        radius: Trust region: only configurations differing from the best one in at
+            most ``radius`` parameters are candidates (``None``: the whole space). When
+            the region holds no available configuration, the whole space is used.
+
+    The model is conditioned on all data at every proposal; its hyperparameters are
+    refitted at every proposal up to 50 observations, then every ``n // 25`` (the fit
+    is most of the cost and changes little from one observation to the next).
+    """
+
+    def __init__(self, *, n_init: int = 5, radius: int | None = 2) -> None:
+        self.n_init = n_init
+        self.radius = radius
+        self.name = "gp" if radius is None else "gp-tr"
+        self._gp: GaussianProcess | None = None
+        self._features: np.ndarray | None = None
+        self._fitted_at = 0
+
+    def propose(self, ctx: ProposalContext) -> int | None:
+        h = ctx.history
+        if len(h.rows) < self.n_init or not h.ok.any():
+            return None  # random
+        if self._features is None:
+            self._features = ctx.index.features()
+            self._gp = GaussianProcess(self._features.shape[1])
+        assert self._gp is not None
+        feats = self._features
+        y = np.log(h.times)
+        worst = np.nanmax(y)
+        y = np.where(np.isnan(y), worst, y)  # failures: as bad as the worst success
+        n = len(y)
+        refit = n <= 50 or n - self._fitted_at >= n // 25 or n < self._fitted_at
+        if refit:
+            self._fitted_at = n
+        self._gp.fit(feats[h.rows], y, optimize=refit)
+
+        candidates = np.flatnonzero(ctx.available)
+        if self.radius is not None:
+            best = h.best_row()
+            grid = ctx.index.grid
+            near = (grid[candidates] != grid[best]).sum(axis=1) <= self.radius
+            if near.any():
+                candidates = candidates[near]
+        mean, sd = self._gp.predict(feats[candidates])
+        ei = expected_improvement(mean, sd, float(np.min(y)))
+        top = np.flatnonzero(ei == ei.max())
+        return int(candidates[top[int(ctx.rng.integers(len(top)))]])
+
+
+class InterleavedStrategy(Strategy):
+    """Two strategies taking turns: every ``every``-th proposal comes from ``explorer``.
+
+    The turn is taken from the number of evaluations in the study, so it survives
+    resumes and is shared by workers.
+
+    Args:
+        main: Makes most proposals.
+        explorer: Makes one proposal in ``every``.
+        every: Period of the explorer's turns (2: alternate).
+    """
+
+    def __init__(self, main: Strategy, explorer: Strategy, *, every: int) -> None:
+        if every < 2:
+            raise ValueError(f"every must be >= 2, got {every}")
+        self.main = main
+        self.explorer = explorer
+        self.every = every
+        self.name = f"{main.name}+{explorer.name}/{every}"
+
+    def propose(self, ctx: ProposalContext) -> int | None:
+        turn = len(ctx.history.rows) + len(ctx.history.pending)
+        chosen = self.explorer if turn % self.every == self.every - 1 else self.main
+        return chosen.propose(ctx)
+
+    def before_trial(self, study: optuna.Study, trial: FrozenTrial) -> None:
+        self.main.before_trial(study, trial)
+        self.explorer.before_trial(study, trial)
+
+    def after_trial(
+        self,
+        study: optuna.Study,
+        trial: FrozenTrial,
+        state: TrialState,
+        values: Sequence[float] | None,
+    ) -> None:
+        self.main.after_trial(study, trial, state, values)
+        self.explorer.after_trial(study, trial, state, values)
+
+
+class OptunaStrategy(Strategy):
+    """Proposals of an Optuna sampler, kept inside the space and unseen.
+
+    A proposal outside the space or already seen is resampled up to ``tries`` times,
+    then repaired: the available configuration nearest to it (fewest differing
+    parameters, then smallest ordinal distance) is used.
+
+    Args:
+        sampler: The Optuna sampler.
+        tries: Proposals asked of ``sampler`` per trial before repairing.
+        name: Strategy name for reports.
+    """
+
+    def __init__(self, sampler: optuna.samplers.BaseSampler, *, tries: int = 5, name: str) -> None:
+        self.sampler = sampler
+        self.tries = tries
+        self.name = name
+
+    def propose(self, ctx: ProposalContext) -> int | None:
+        index, study, trial = ctx.index, ctx.study, ctx.trial
+        dists = {n: d for n, d in index.distributions.items() if not d.single()}
+        wanted: dict[str, int] = {}
+        for _ in range(self.tries):
+            relative = self.sampler.infer_relative_search_space(study, trial)
+            relative = {n: d for n, d in relative.items() if n in dists}
+            wanted = dict(self.sampler.sample_relative(study, trial, relative)) if relative else {}
+            for n, d in dists.items():
+                if n not in wanted:
+                    wanted[n] = self.sampler.sample_independent(study, trial, n, d)
+            for n, d in index.distributions.items():
+                if d.single():
+                    wanted[n] = d.choices[0]  # type: ignore[attr-defined]
+            row = index.row(wanted)
+            if row is not None and ctx.available[row]:
+                return row
+        return _nearest(ctx, wanted)
+
+    def before_trial(self, study: optuna.Study, trial: FrozenTrial) -> None:
+        self.sampler.before_trial(study, trial)
+
+    def after_trial(
+        self,
+        study: optuna.Study,
+        trial: FrozenTrial,
+        state: TrialState,
+        values: Sequence[float] | None,
+    ) -> None:
+        self.sampler.after_trial(study, trial, state, values)
+
+
+def _nearest(ctx: ProposalContext, wanted: dict[str, int]) -> int:
+    index = ctx.index
+    target = np.array(
+        [
+            min(range(len(vals)), key=lambda i, v=wanted[n], vs=vals: abs(vs[i] - v))
+            for n, vals in zip(index.names, index.values, strict=True)
+        ]
+    )
+    candidates = np.flatnonzero(ctx.available)
+    grid = index.grid[candidates]
+    span = np.maximum(index.cards - 1, 1)
+    hamming = (grid != target).sum(axis=1)
+    ordinal = (np.abs(grid - target) / span).sum(axis=1)
+    score = hamming + ordinal / (len(index.names) + 1)
+    top = np.flatnonzero(score == score.min())
+    return int(candidates[top[int(ctx.rng.integers(len(top)))]])
+
+
+def _tpe(seed: int | None) -> optuna.samplers.BaseSampler:
+    return optuna.samplers.TPESampler(multivariate=True, constant_liar=True, seed=seed)
+
+
+#: Strategy factories by name; each takes the seed.
+STRATEGIES: dict[str, Callable[[int | None], Strategy]] = {
+    "gp-tr": lambda seed: GPStrategy(radius=2),
+    "gp": lambda seed: GPStrategy(radius=None),
+    "tpe": lambda seed: OptunaStrategy(_tpe(seed), name="tpe"),
+    "random": lambda seed: RandomStrategy(),
+}
+STRATEGIES["auto"] = STRATEGIES["gp-tr"]
+
+
+def make_strategy(name: str, *, seed: int | None = None) -> Strategy:
+    """The strategy called ``name`` (one of :data:`STRATEGIES`).
+
+    Raises:
+        ValueError: naming ``name`` when it is unknown.
+    """
+    if name not in STRATEGIES:
+        raise ValueError(f"sampler must be one of {sorted(STRATEGIES)}, got {name!r}")
+    return STRATEGIES[name](seed)

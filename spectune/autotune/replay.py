@@ -1,0 +1,328 @@
+"""Replay: benchmark the search engine on a recorded, fully measured space.
+
+Each proposal of the engine is answered from a T4 file (see :mod:`spectune.autotune.t4`):
+the recorded mean time, or with ``noisy`` one recorded run drawn at random, charged with
+the recorded compile time. Failed configurations are failed trials. After ``b``
+evaluations the score of a run is the *fraction of the optimum*: best recorded time of
+the space divided by the recorded mean time of the configuration the search holds as
+best (the one with the lowest time it observed). Random search, drawing configurations
+of the file uniformly without replacement (failures included), is the baseline.
+
+The engine's strategies are anytime (none looks at the budget), so the score after
+``b`` evaluations of one run of ``max(budgets)`` evaluations is the score of a run of
+budget ``b``; one run per seed serves every budget.
+"""
+
+from __future__ import annotations
+
+import math
+import multiprocessing
+import os
+from collections.abc import Callable, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import optuna
+
+from spectune.autotune._engine import Search
+from spectune.autotune._index import SpaceIndex
+from spectune.autotune._outcome import Outcome
+from spectune.autotune._sampler import Strategy
+from spectune.autotune._strategies import STRATEGIES
+from spectune.autotune.t4 import RecordedSpace, load_t4
+
+__all__ = [
+    "BUDGETS",
+    "BudgetResult",
+    "ReplayReport",
+    "engine_run",
+    "random_run",
+    "replay",
+]
+
+#: Builds a strategy from a seed.
+StrategyFactory = Callable[[int], Strategy]
+
+#: Budgets reported, up to the requested one.
+BUDGETS = (10, 20, 50, 100, 200)
+
+
+@dataclass(frozen=True)
+class BudgetResult:
+    """Scores at one budget over all seeds.
+
+    Attributes:
+        budget: Evaluations.
+        median_fraction: Median fraction of the optimum reached by the engine.
+        q25_fraction: Its lower quartile.
+        q75_fraction: Its upper quartile.
+        random_median_fraction: Median fraction reached by random search.
+        random_q25_fraction: Random search's lower quartile.
+        random_q75_fraction: Random search's upper quartile.
+    """
+
+    budget: int
+    median_fraction: float
+    q25_fraction: float
+    q75_fraction: float
+    random_median_fraction: float
+    random_q25_fraction: float
+    random_q75_fraction: float
+
+
+@dataclass(frozen=True)
+class ReplayReport:
+    """The outcome of :func:`replay`.
+
+    Attributes:
+        file: The T4 file replayed.
+        optimum: Best recorded time among correct configurations.
+        sampler: The engine's strategy.
+        repeats: Seeds per budget.
+        noisy: Whether answers were single recorded runs.
+        results: One entry per budget.
+        engine_curves: Fraction of the optimum after each evaluation, one row per seed.
+        random_curves: The same for random search.
+        engine_seconds: Seconds the engine was charged per run (with ``noisy``, the
+            recorded compile times and runtimes), plus its own time; one per seed.
+    """
+
+    file: str
+    optimum: float
+    sampler: str
+    repeats: int
+    noisy: bool
+    results: tuple[BudgetResult, ...]
+    engine_curves: np.ndarray
+    random_curves: np.ndarray
+    engine_seconds: np.ndarray
+
+    def to_json(self) -> dict[str, Any]:
+        """The ``--json`` document of ``spectune replay``."""
+        return {
+            "file": self.file,
+            "optimum": self.optimum,
+            "results": [
+                {
+                    "budget": r.budget,
+                    "median_fraction": r.median_fraction,
+                    "q25_fraction": r.q25_fraction,
+                    "q75_fraction": r.q75_fraction,
+                    "random_median_fraction": r.random_median_fraction,
+                }
+                for r in self.results
+            ],
+        }
+
+
+def budgets_up_to(budget: int) -> list[int]:
+    """The reported budgets up to ``budget`` (``budget`` itself included)."""
+    out = [b for b in BUDGETS if b <= budget]
+    if budget not in out:
+        out.append(budget)
+    return out
+
+
+def replay(
+    recorded: str | Path | RecordedSpace,
+    *,
+    budget: int = 100,
+    repeats: int = 50,
+    sampler: str | StrategyFactory = "auto",
+    seed: int = 0,
+    noisy: bool = False,
+    workers: int = 1,
+    progress: Callable[[int], None] | None = None,
+) -> ReplayReport:
+    """Replay the engine and random search on a recorded space.
+
+    Args:
+        recorded: A T4 file or a loaded :class:`RecordedSpace`.
+        budget: Largest number of evaluations per run.
+        repeats: Seeds per budget (engine and random search alike).
+        sampler: Engine strategy: a name of :data:`~spectune.autotune.STRATEGIES`, or
+            a picklable factory taking the seed and returning a
+            :class:`~spectune.autotune.Strategy` (benchmarks of variants).
+        seed: Base seed; run ``i`` uses a seed derived from ``(seed, i)``.
+        noisy: Answer with one recorded run instead of the mean.
+        workers: Processes running seeds in parallel.
+        progress: Called with the number of runs finished, after each (engine and
+            random runs count alike; ``2 * repeats`` in all).
+
+    Raises:
+        ValueError: naming the argument, for a non-positive budget, repeats or workers,
+            or an unknown sampler.
+    """
+    for name, value in (("budget", budget), ("repeats", repeats), ("workers", workers)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name} must be a positive integer, got {value!r}")
+    if isinstance(sampler, str) and sampler not in STRATEGIES:
+        raise ValueError(f"sampler must be one of {sorted(STRATEGIES)}, got {sampler!r}")
+    if not isinstance(sampler, str) and not callable(sampler):
+        raise ValueError(f"sampler must be a name or a strategy factory, got {sampler!r}")
+    space = recorded if isinstance(recorded, RecordedSpace) else load_t4(recorded)
+    seeds = [int(s.generate_state(1)[0]) for s in np.random.SeedSequence(seed).spawn(repeats)]
+
+    done = 0
+
+    def tick() -> None:
+        nonlocal done
+        done += 1
+        if progress is not None:
+            progress(done)
+
+    engine: list[tuple[np.ndarray, float]] = []
+    randoms: list[np.ndarray] = []
+    if workers == 1:
+        index = SpaceIndex(space.space)
+        for s in seeds:
+            engine.append(
+                engine_run(space, budget=budget, sampler=sampler, seed=s, noisy=noisy, index=index)
+            )
+            tick()
+        for s in seeds:
+            randoms.append(random_run(space, budget=budget, seed=s, noisy=noisy))
+            tick()
+    else:
+        ctx = multiprocessing.get_context("fork" if hasattr(os, "fork") else "spawn")
+        with ProcessPoolExecutor(
+            max_workers=workers, mp_context=ctx, initializer=_init_worker, initargs=(space,)
+        ) as pool:
+            futures = [pool.submit(_engine_job, budget, sampler, s, noisy) for s in seeds]
+            rfutures = [pool.submit(_random_job, budget, s, noisy) for s in seeds]
+            for f in futures:
+                engine.append(f.result())
+                tick()
+            for f in rfutures:
+                randoms.append(f.result())
+                tick()
+
+    curves = np.vstack([c for c, _ in engine])
+    rcurves = np.vstack(randoms)
+    results = []
+    for b in budgets_up_to(budget):
+        e = curves[:, b - 1]
+        r = rcurves[:, b - 1]
+        results.append(
+            BudgetResult(
+                budget=b,
+                median_fraction=float(np.median(e)),
+                q25_fraction=float(np.quantile(e, 0.25)),
+                q75_fraction=float(np.quantile(e, 0.75)),
+                random_median_fraction=float(np.median(r)),
+                random_q25_fraction=float(np.quantile(r, 0.25)),
+                random_q75_fraction=float(np.quantile(r, 0.75)),
+            )
+        )
+    return ReplayReport(
+        file=str(recorded if not isinstance(recorded, RecordedSpace) else recorded.name),
+        optimum=space.optimum,
+        sampler=sampler if isinstance(sampler, str) else getattr(sampler, "name", repr(sampler)),
+        repeats=repeats,
+        noisy=noisy,
+        results=tuple(results),
+        engine_curves=curves,
+        random_curves=rcurves,
+        engine_seconds=np.array([s for _, s in engine]),
+    )
+
+
+def engine_run(
+    space: RecordedSpace,
+    *,
+    budget: int,
+    sampler: str | StrategyFactory,
+    seed: int,
+    noisy: bool = False,
+    index: SpaceIndex | None = None,
+) -> tuple[np.ndarray, float]:
+    """One engine run: the fraction of the optimum after each evaluation, and the
+    recorded seconds charged."""
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
+    rng = np.random.default_rng(seed)
+    observed: list[tuple[float, float]] = []  # (observed time, recorded mean) per evaluation
+
+    def objective(config: dict[str, int]) -> Outcome:
+        record = space.lookup(config)
+        charged = record.compile_time / 1000.0 if noisy else 0.0
+        if not record.ok:
+            observed.append((math.inf, math.inf))
+            return Outcome.failed(_failure_kind(record.status), record.status, cost=charged)
+        assert record.time is not None
+        value = _answer(record.time, record.runtimes, rng, noisy)
+        observed.append((value, record.time))
+        return Outcome.ok(value, cost=charged + (value / 1000.0 if noisy else 0.0))
+
+    strategy = sampler if isinstance(sampler, str) else sampler(seed)
+    engine = Search(space=index or space.space, sampler=strategy, seed=seed)
+    result = engine.run(objective, max_evals=budget)
+    return _curve(observed, space.optimum, budget), float(result.spent)
+
+
+def random_run(space: RecordedSpace, *, budget: int, seed: int, noisy: bool = False) -> np.ndarray:
+    """Random search without replacement over the recorded configurations (failures
+    included): the fraction of the optimum after each evaluation."""
+    rng = np.random.default_rng([seed, 1])
+    records = list(space.records.values())
+    order = rng.permutation(len(records))[:budget]
+    observed = []
+    for i in order:
+        record = records[int(i)]
+        if not record.ok or record.time is None:
+            observed.append((math.inf, math.inf))
+        else:
+            observed.append((_answer(record.time, record.runtimes, rng, noisy), record.time))
+    return _curve(observed, space.optimum, budget)
+
+
+def _answer(mean: float, runtimes: Sequence[float], rng: np.random.Generator, noisy: bool) -> float:
+    if noisy and runtimes:
+        return float(runtimes[int(rng.integers(len(runtimes)))])
+    return mean
+
+
+def _curve(observed: Sequence[tuple[float, float]], optimum: float, budget: int) -> np.ndarray:
+    """Fraction of the optimum after each of ``budget`` evaluations; a run that ended
+    early (exhausted space) keeps its last value."""
+    out = np.zeros(budget)
+    best_seen = math.inf
+    held = math.inf  # recorded mean of the config held as best
+    for i in range(budget):
+        if i < len(observed):
+            seen, mean = observed[i]
+            if seen < best_seen:
+                best_seen, held = seen, mean
+        out[i] = optimum / held if math.isfinite(held) else 0.0
+    return out
+
+
+def _failure_kind(status: str) -> str:
+    return {"compile": "compile", "runtime": "runtime", "timeout": "timeout"}.get(status, "other")
+
+
+_WORKER_SPACE: dict[str, Any] = {}
+
+
+def _init_worker(space: RecordedSpace) -> None:
+    _WORKER_SPACE["space"] = space
+    _WORKER_SPACE["index"] = SpaceIndex(space.space)
+
+
+def _engine_job(
+    budget: int, sampler: str | StrategyFactory, seed: int, noisy: bool
+) -> tuple[np.ndarray, float]:
+    return engine_run(
+        _WORKER_SPACE["space"],
+        budget=budget,
+        sampler=sampler,
+        seed=seed,
+        noisy=noisy,
+        index=_WORKER_SPACE.get("index"),
+    )
+
+
+def _random_job(budget: int, seed: int, noisy: bool) -> np.ndarray:
+    return random_run(_WORKER_SPACE["space"], budget=budget, seed=seed, noisy=noisy)

@@ -1,0 +1,137 @@
+"""Replay of recorded spaces: the library function and the ``spectune replay`` command."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from spectune.autotune._synthetic import SyntheticSpec, write_synthetic
+from spectune.autotune.replay import engine_run, random_run, replay
+from spectune.autotune.t4 import load_t4, write_t4
+from spectune.cli import main
+
+SMALL = SyntheticSpec(
+    tiles=2, knobs=1, switches=1, interactions=1, roughness=0.05, fail_fraction=0.1, max_configs=400
+)
+
+
+@pytest.fixture(scope="module")
+def small_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_synthetic(tmp_path_factory.mktemp("t4") / "small_T4.json.gz", SMALL, seed=4)
+
+
+def test_json_has_exactly_the_documented_keys(small_file: Path) -> None:
+    result = CliRunner().invoke(
+        main, ["replay", str(small_file), "--budget", "20", "--repeats", "3", "--json"]
+    )
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.stdout)
+    assert list(doc) == ["file", "optimum", "results"]
+    assert doc["file"] == str(small_file)
+    assert doc["optimum"] == pytest.approx(load_t4(small_file).optimum)
+    assert [r["budget"] for r in doc["results"]] == [10, 20]
+    for r in doc["results"]:
+        assert list(r) == [
+            "budget",
+            "median_fraction",
+            "q25_fraction",
+            "q75_fraction",
+            "random_median_fraction",
+        ]
+        assert 0.0 <= r["q25_fraction"] <= r["median_fraction"] <= r["q75_fraction"] <= 1.0
+
+
+def test_table_and_plot(small_file: Path, tmp_path: Path) -> None:
+    png = tmp_path / "curve.png"
+    result = CliRunner().invoke(
+        main,
+        [
+            "replay",
+            str(small_file),
+            "--budget",
+            "12",
+            "--repeats",
+            "2",
+            "--noisy",
+            "--plot",
+            str(png),
+            "--sampler",
+            "tpe",
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    assert "random median" in result.stdout and "12" in result.stdout
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_cli_rejects_unknown_sampler(small_file: Path) -> None:
+    result = CliRunner().invoke(main, ["replay", str(small_file), "--sampler", "annealing"])
+    assert result.exit_code != 0
+    assert "--sampler" in result.output
+
+
+def test_engine_beats_random_and_reaches_the_optimum(small_file: Path) -> None:
+    report = replay(small_file, budget=50, repeats=6, seed=1)
+    by_budget = {r.budget: r for r in report.results}
+    assert by_budget[50].median_fraction >= 0.95
+    assert by_budget[50].median_fraction > by_budget[50].random_median_fraction
+    assert report.engine_curves.shape == (6, 50)
+    assert np.all(np.diff(report.engine_curves, axis=1) >= 0)  # exact answers: monotone
+
+
+def test_failed_configs_are_charged_and_never_held(tmp_path: Path) -> None:
+    # Row a=1 fails; the best recorded time (a=0, b=0) is 1.0.
+    rows = [
+        ({"a": a, "b": b}, (None if a == 1 else float(1 + a + b)), [], 100.0)
+        for a in range(4)
+        for b in range(3)
+    ]
+    space = load_t4(write_t4(tmp_path / "f.json.gz", rows))
+    curve, _ = engine_run(space, budget=12, sampler="random", seed=0)
+    assert curve[-1] == 1.0  # all twelve evaluated, failures included: optimum found
+    assert random_run(space, budget=12, seed=0)[-1] == 1.0
+    # A failure is charged as an evaluation and scores nothing: with one failing and
+    # one good config, runs that draw the failure first score 0 after one evaluation.
+    tiny = load_t4(
+        write_t4(tmp_path / "g.json.gz", [({"a": 0}, None, [], 1.0), ({"a": 1}, 2.0, [2.0], 1.0)])
+    )
+    firsts = set()
+    for seed in range(12):
+        for run in (
+            random_run(tiny, budget=2, seed=seed),
+            engine_run(tiny, budget=2, sampler="auto", seed=seed)[0],
+        ):
+            assert run[-1] == 1.0
+            firsts.add(float(run[0]))
+    assert firsts == {0.0, 1.0}
+
+
+def test_noisy_answers_are_judged_by_the_recorded_mean(tmp_path: Path) -> None:
+    # Config b=1 has the better mean but one very lucky run for b=0 makes it look best.
+    rows = [({"b": 0}, 2.0, [0.5, 3.5, 2.0, 2.0], 10.0), ({"b": 1}, 1.0, [1.0, 1.0], 10.0)]
+    space = load_t4(write_t4(tmp_path / "n.json.gz", rows))
+    fooled = 0
+    for seed in range(20):
+        curve, seconds = engine_run(space, budget=2, sampler="random", seed=seed, noisy=True)
+        assert curve[-1] in (0.5, 1.0)
+        fooled += curve[-1] == 0.5
+        assert seconds >= 0.02  # two recorded compile times of 10 ms are charged
+    assert 0 < fooled < 20
+
+
+def test_replay_with_two_workers_matches_one(small_file: Path) -> None:
+    one = replay(small_file, budget=15, repeats=2, seed=3, sampler="random")
+    two = replay(small_file, budget=15, repeats=2, seed=3, sampler="random", workers=2)
+    assert np.array_equal(one.engine_curves, two.engine_curves)
+    assert np.array_equal(one.random_curves, two.random_curves)
+
+
+def test_replay_validates_arguments(small_file: Path) -> None:
+    with pytest.raises(ValueError, match="repeats"):
+        replay(small_file, repeats=0)
+    with pytest.raises(ValueError, match="sampler"):
+        replay(small_file, sampler="annealing")

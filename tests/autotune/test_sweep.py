@@ -1,0 +1,152 @@
+"""spectune.autotune.sweep and `spectune sweep`: gated trials, promotion, the CLI."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from spectune.autotune.problems import SweepItem, parse_int_list, study_name, sweep_items
+from spectune.autotune.sweep import SweepOptions, run_item
+from spectune.autotune.trial import TrialRunner
+from spectune.cli import main
+from spectune.db import open_store
+from spectune.identity import detect_device
+from spectune.kernels import FAMILIES
+from spectune.space import Problem
+from tests.autotune.toy_family import ToySumFamily
+
+if os.environ.get("TRITON_INTERPRET", "0") in ("", "0"):
+    pytest.skip("sweeps run kernels under TRITON_INTERPRET=1", allow_module_level=True)
+
+TOY = ToySumFamily()
+PROBLEM = Problem(spec_len=1, batch=2, vocab=3000)
+
+
+@pytest.fixture
+def toy_registered(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(FAMILIES, TOY.name, TOY)
+
+
+@pytest.fixture
+def places(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
+    monkeypatch.setenv("SPECTUNE_USER_DB", str(tmp_path / "user.db"))
+    monkeypatch.delenv("SPECTUNE_DB", raising=False)
+    return {"db": str(tmp_path / "configs.db"), "storage": str(tmp_path / "studies.journal")}
+
+
+def test_trial_gate_times_only_exact_configs() -> None:
+    runner = TrialRunner(family=TOY, problem=PROBLEM, backend="cpu-interpreter")
+    ok = runner({"BLOCK": 64, "BUG": 0})
+    assert ok.status.value == "ok" and ok.time > 0
+    assert ok.attrs["p20_us"] <= ok.attrs["p50_us"] <= ok.attrs["p80_us"]
+    wrong = runner({"BLOCK": 64, "BUG": 1})
+    assert wrong.status.value == "invalid" and "reference" in wrong.message
+    broken = runner({"BLOCK": 3, "BUG": 0})
+    assert broken.status.value == "fail"
+    assert "power of 2" in broken.message
+
+
+def test_sweep_promotes_the_fastest_exact_config(toy_registered, places) -> None:
+    options = SweepOptions(trials=10, db=places["db"], storage=places["storage"])
+    result = run_item(SweepItem(TOY.name, PROBLEM), options=options)
+    # Ten trials exhaust the space: 2 fail to compile, 4 give a wrong result.
+    assert result.trials == 10
+    assert (result.failed, result.invalid) == (2, 4)
+    assert result.best_config == {"BLOCK": 1024, "BUG": 0}
+    assert result.promoted == "inserted"
+    assert result.speedup is not None and result.speedup > 1.03
+    rows = open_store(places["db"]).rows(kernel=TOY.name)
+    assert len(rows) == 1
+    row = rows[0]
+    assert row.config == {"BLOCK": 1024, "BUG": 0}
+    assert row.study == result.study and row.trials == 10
+    assert row.tuned.p50 < row.default.p50
+    # Rerunning resumes the finished study: nothing new to evaluate, same best.
+    again = run_item(SweepItem(TOY.name, PROBLEM), options=options)
+    assert again.trials == 10 and again.best_config == result.best_config
+    assert again.stop_reason in ("max_evals", "exhausted")
+
+
+def test_sweep_never_promotes_invalid_or_failed(toy_registered, places) -> None:
+    options = SweepOptions(trials=10, db=places["db"], storage=places["storage"])
+    run_item(SweepItem(TOY.name, Problem(spec_len=2, batch=1, vocab=500)), options=options)
+    for row in open_store(places["db"]).rows(kernel=TOY.name):
+        assert row.config["BUG"] == 0 and row.config["BLOCK"] != 3
+
+
+def test_cli_sweep_then_db_show_lists_the_rows(toy_registered, places) -> None:
+    runner = CliRunner()
+    result = runner.invoke(main, [
+        "sweep", "--kernel", TOY.name, "--spec-lens", "1-2", "--batch-sizes", "2",
+        "--vocab-sizes", "3000", "--trials", "10", "--db", places["db"],
+        "--storage", places["storage"],
+    ])
+    assert result.exit_code == 0, result.output
+    shown = runner.invoke(main, ["db", "show", "--db", places["db"], "--json"])
+    assert shown.exit_code == 0, shown.output
+    rows = json.loads(shown.stdout)
+    assert sorted(r["spec_len"] for r in rows) == [1, 2]
+    assert all(r["config"] == {"BLOCK": 1024, "BUG": 0} for r in rows)
+    assert all(r["kernel"] == TOY.name and r["backend"] == "cpu-interpreter" for r in rows)
+
+
+def test_cli_sweep_real_kernel_tiny_shape(places) -> None:
+    """The real verification kernels, end to end, on one tiny problem."""
+    result = CliRunner().invoke(main, [
+        "sweep", "--spec-lens", "1", "--batch-sizes", "1", "--vocab-sizes", "700",
+        "--trials", "3", "--db", places["db"], "--storage", places["storage"],
+    ])
+    assert result.exit_code == 0, result.output
+    assert "sweep results" in result.output
+    store = open_store(places["db"])
+    for row in store.rows():
+        FAMILIES["rejection_sample"].search_space("cpu-interpreter").validate(row.config)
+
+
+def test_bad_sweep_arguments_are_usage_errors(places) -> None:
+    runner = CliRunner()
+    for args, fragment in ((["--spec-lens", "3-1"], "--spec-lens"),
+                           (["--kernel", "nope"], "unknown kernel"),
+                           (["--batch-sizes", "x"], "--batch-sizes")):
+        result = runner.invoke(main, ["sweep", *args, "--db", places["db"]])
+        assert result.exit_code == 2, result.output
+        assert fragment in result.output
+
+
+def test_problem_helpers() -> None:
+    assert parse_int_list("1-4,8", name="x") == [1, 2, 3, 4, 8]
+    with pytest.raises(ValueError, match="--k"):
+        parse_int_list("0", name="--k")
+    items = sweep_items(kernels=["a"], spec_lens=[1, 2], batches=[1], vocabs=[7],
+                        dtypes=["float32"])
+    assert [i.problem.spec_len for i in items] == [1, 2]
+    device = detect_device()
+    names = {study_name(device, i, "h") for i in items}
+    assert len(names) == 2 and all(device.device_name in n for n in names)
+
+
+def test_two_workers_share_one_study(places) -> None:
+    """--workers 2: a second process joins the study; no trial lost or repeated."""
+    from spectune.autotune import Search
+
+    family = FAMILIES["rejection_sample"]
+    # Trials long enough (V=6000 under the interpreter) that the spawned worker, which
+    # needs a few seconds to import torch and triton, joins before the study is done.
+    item = SweepItem("rejection_sample", Problem(spec_len=2, batch=2, vocab=6000))
+    options = SweepOptions(trials=12, db=places["db"], storage=places["storage"], workers=2)
+    result = run_item(item, options=options)
+    assert result.trials == 12
+    device = detect_device()
+    study = Search(space=family.search_space(device.backend), storage=places["storage"],
+                   study_name=study_name(device, item, family.source_hash))
+    history = study.history()
+    assert len(history) == 12
+    configs = [tuple(sorted(r.config.items())) for r in history]
+    assert len(set(configs)) == 12  # no configuration evaluated twice
+    owners = {t.system_attrs.get("spectune.owner", {}).get("pid")
+              for t in study.study.get_trials(deepcopy=False)}
+    assert len(owners - {None}) == 2  # both processes evaluated trials
