@@ -1,10 +1,14 @@
 """The strategies the engine can search with, and their names.
 
-* ``gp-tr`` (``auto``): a Gaussian process on log-times over the ordinal encoding, with
-  expected improvement maximised over the configurations that differ from the best one
-  in at most two parameters (a Hamming trust region), after a few random ones.
+* ``tpe+gp-tr`` (``auto``): Optuna's multivariate TPE (categorical parameters, constant
+  liar, 5 random start-up trials) makes two proposals in three; the third comes from
+  ``gp-tr``, a local refinement around the best configuration. TPE keeps the search
+  global (it escapes poor regions); the trust-region GP finishes good regions off.
+* ``gp-tr``: a Gaussian process on log-times over the ordinal encoding, with expected
+  improvement maximised over the configurations that differ from the best one in at
+  most two parameters (a Hamming trust region), after 5 random ones.
 * ``gp``: the same model, expected improvement over the whole space.
-* ``tpe``: Optuna's multivariate TPE (categorical parameters), constant liar.
+* ``tpe``: Optuna's multivariate TPE alone (10 random start-up trials).
 * ``random``: uniform over the configurations not yet seen.
 
 ``docs/replay.md`` records the replay measurements behind the default.
@@ -202,18 +206,29 @@ def _nearest(ctx: ProposalContext, wanted: dict[str, int]) -> int:
     return int(candidates[top[int(ctx.rng.integers(len(top)))]])
 
 
-def _tpe(seed: int | None) -> optuna.samplers.BaseSampler:
-    return optuna.samplers.TPESampler(multivariate=True, constant_liar=True, seed=seed)
+def _tpe(seed: int | None, *, n_startup_trials: int = 10) -> optuna.samplers.BaseSampler:
+    return optuna.samplers.TPESampler(
+        multivariate=True,
+        constant_liar=True,
+        n_startup_trials=n_startup_trials,
+        seed=seed,
+    )
+
+
+def _tpe_gp_tr(seed: int | None) -> Strategy:
+    tpe = OptunaStrategy(_tpe(seed, n_startup_trials=5), name="tpe")
+    return InterleavedStrategy(tpe, GPStrategy(n_init=5, radius=2), every=3)
 
 
 #: Strategy factories by name; each takes the seed.
 STRATEGIES: dict[str, Callable[[int | None], Strategy]] = {
+    "tpe+gp-tr": _tpe_gp_tr,
     "gp-tr": lambda seed: GPStrategy(radius=2),
     "gp": lambda seed: GPStrategy(radius=None),
     "tpe": lambda seed: OptunaStrategy(_tpe(seed), name="tpe"),
     "random": lambda seed: RandomStrategy(),
 }
-STRATEGIES["auto"] = STRATEGIES["gp-tr"]
+STRATEGIES["auto"] = STRATEGIES["tpe+gp-tr"]
 
 
 def make_strategy(name: str, *, seed: int | None = None) -> Strategy:

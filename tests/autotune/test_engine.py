@@ -21,7 +21,7 @@ def _key(config: Mapping[str, int]) -> tuple[tuple[str, int], ...]:
     return tuple(sorted(config.items()))
 
 
-@pytest.mark.parametrize("sampler", ["auto", "tpe", "gp"])
+@pytest.mark.parametrize("sampler", ["auto", "gp-tr", "tpe", "gp"])
 @pytest.mark.parametrize("seed", [0, 1])
 def test_finds_the_optimum_of_a_small_space(sampler: str, seed: int) -> None:
     space = grid_space()
@@ -251,3 +251,23 @@ def test_space_with_one_valid_config() -> None:
     result = search(bowl_like := (lambda c: Outcome.ok(2.0)), space=space, max_evals=5)  # noqa: F841
     assert result.stop_reason == "exhausted"
     assert [r.config for r in result.history] == [{"a": 1, "b": 1}]
+
+
+def test_interleaved_strategy_takes_turns() -> None:
+    from spectune.autotune import Strategy
+    from spectune.autotune._strategies import InterleavedStrategy
+
+    picks: list[str] = []
+
+    class Pick(Strategy):
+        def __init__(self, name: str, value: int) -> None:
+            self.name, self.value = name, value
+
+        def propose(self, ctx):  # type: ignore[no-untyped-def]
+            picks.append(self.name)
+            return None  # the sampler then picks an available config at random
+
+    strategy = InterleavedStrategy(Pick("main", 0), Pick("explorer", 1), every=3)
+    result = search(bowl_objective, space=grid_space(), sampler=strategy, max_evals=9)
+    assert len(result.history) == 9
+    assert picks == ["main", "main", "explorer"] * 3
