@@ -18,6 +18,7 @@ from spectune.db._errors import (
     SchemaTooNewError,
     SchemaTooOldError,
 )
+from spectune.db._row import FIELDS
 
 __all__ = [
     "HEAD_REVISION",
@@ -39,39 +40,7 @@ TABLE_NAME = "tuned_configs"
 #: Alembic's table recording the schema revision.
 VERSION_TABLE = "alembic_version"
 #: The columns of :data:`TABLE_NAME` at :data:`HEAD_REVISION` (those of the ORM model).
-TABLE_COLUMNS = (
-    "id",
-    "kernel",
-    "kernel_hash",
-    "backend",
-    "arch",
-    "device_name",
-    "cu_count",
-    "warp_size",
-    "triton_version",
-    "spec_len",
-    "batch",
-    "vocab",
-    "dtype",
-    "draft_probs",
-    "torch_version",
-    "runtime_version",
-    "spectune_version",
-    "config",
-    "tuned_p20_us",
-    "tuned_p50_us",
-    "tuned_p80_us",
-    "default_p20_us",
-    "default_p50_us",
-    "default_p80_us",
-    "speedup",
-    "trials",
-    "tuning_seconds",
-    "tuned_at",
-    "host",
-    "study",
-    "history",
-)
+TABLE_COLUMNS = ("id", *FIELDS)
 
 
 @dataclass(frozen=True)
