@@ -1,7 +1,7 @@
 """One routed verification call beside vLLM's own, for ``spectune doctor``.
 
-Builds a small batch (greedy, seeded random and zero-draft requests; with and without
-draft probabilities) and calls vLLM's V1 ``rejection_sample`` and the plugin's routed
+Builds a small batch (greedy, seeded and unseeded random, and zero-draft requests; with
+and without draft probabilities) and calls vLLM's V1 ``rejection_sample`` and the plugin's routed
 replacement on the same inputs with the same generators. The tokens must be equal.
 """
 
@@ -93,12 +93,17 @@ def _run(router: Router, device: torch.device, start: int) -> SelfTest:
         for temperatures in ([0.0] * 4, [1.0, 0.0, 1.0, 1.0]):
             outputs = []
             for fn in (router.original, router.rejection_sample):
+                # Requests 0 and 2 are seeded; request 3 draws from the default generator,
+                # whose state is set (and restored afterwards) so both calls see the same.
                 generators = {
                     i: torch.Generator(device=device).manual_seed(7 + i) for i in (0, 2)
                 }
                 metadata = make_sampling_metadata(temperatures, generators, device)
-                outputs.append(fn(drafts, counts, k, cu, draft_probs, logits.clone(), bonus,
-                                  metadata))
+                cuda = [device] if device.type == "cuda" else []
+                with torch.random.fork_rng(devices=cuda):
+                    torch.manual_seed(11)
+                    outputs.append(fn(drafts, counts, k, cu, draft_probs, logits.clone(),
+                                      bonus, metadata))
             if not torch.equal(outputs[0].cpu(), outputs[1].cpu()):
                 return SelfTest(
                     ok=False, routed=router.stats.routed - start,
@@ -111,6 +116,6 @@ def _run(router: Router, device: torch.device, start: int) -> SelfTest:
         return SelfTest(ok=False, routed=routed, detail="some calls were not routed")
     return SelfTest(
         ok=True, routed=routed,
-        detail=f"{compared} routed calls gave vLLM's tokens (greedy, seeded random, "
-        "zero-draft; with and without draft probabilities)",
+        detail=f"{compared} routed calls gave vLLM's tokens (greedy, seeded and unseeded "
+        "random, zero-draft; with and without draft probabilities)",
     )
