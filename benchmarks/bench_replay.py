@@ -57,9 +57,18 @@ def _hybrid(seed: int, *, every: int, n_init: int = 5, radius: int = 2) -> Inter
     )
 
 
-def _tpe_refined(seed: int, *, every: int, startup: int = 10) -> InterleavedStrategy:
+def _tpe_refined(
+    seed: int, *, every: int, startup: int = 10, **gp: object
+) -> InterleavedStrategy:
     tpe = optuna_tpe(seed, n_startup_trials=startup)
-    return InterleavedStrategy(OptunaStrategy(tpe, name="tpe"), GPStrategy(), every=every)
+    return InterleavedStrategy(
+        OptunaStrategy(tpe, name="tpe"), GPStrategy(**gp), every=every  # type: ignore[arg-type]
+    )
+
+
+def _gp_pair(seed: int, *, every: int, **gp: object) -> InterleavedStrategy:
+    local = GPStrategy(**gp)  # type: ignore[arg-type]
+    return InterleavedStrategy(local, GPStrategy(radius=None, **gp), every=every)  # type: ignore[arg-type]
 
 
 def optuna_tpe(seed: int, **kw: object) -> object:
@@ -68,7 +77,8 @@ def optuna_tpe(seed: int, **kw: object) -> object:
     return optuna.samplers.TPESampler(multivariate=True, constant_liar=True, seed=seed, **kw)  # type: ignore[arg-type]
 
 
-#: Variants beyond the registered strategies, for the comparison in docs/replay.md.
+#: Variants beyond the registered strategies, for the comparison in docs/replay.md
+#: (``gp-tr-align-ts`` with ``stall=15`` is the registered ``gp-ts``).
 VARIANTS = {
     "gp-tr-r1": functools.partial(_gp_variant, radius=1),
     "gp-tr-r3": functools.partial(_gp_variant, radius=3),
@@ -81,6 +91,23 @@ VARIANTS = {
     "tpe+gptr3": functools.partial(_tpe_refined, every=3),
     "tpe+gptr4": functools.partial(_tpe_refined, every=4),
     "tpe5+gptr3": functools.partial(_tpe_refined, every=3, startup=5),
+    "gp-tr-align": functools.partial(_gp_variant, alignment=True),
+    "gp-tr-align-s8": functools.partial(_gp_variant, alignment=True, stall=8),
+    "gp-tr-align-s15": functools.partial(_gp_variant, alignment=True, stall=15),
+    "gp-tr-align-ts": functools.partial(_gp_variant, alignment=True, acquisition="thompson"),
+    "gp-tr-align-init10": functools.partial(_gp_variant, alignment=True, n_init=10),
+    "gp-ts-s10": functools.partial(
+        _gp_variant, alignment=True, acquisition="thompson", stall=10
+    ),
+    "gp-ts-s25": functools.partial(
+        _gp_variant, alignment=True, acquisition="thompson", stall=25
+    ),
+    "gp-tr-ts": functools.partial(_gp_variant, acquisition="thompson"),
+    "gp-align": functools.partial(_gp_variant, radius=None, alignment=True),
+    "gp-tr-r3-align": functools.partial(_gp_variant, radius=3, alignment=True),
+    "gptr+gp3-align": functools.partial(_gp_pair, every=3, alignment=True),
+    "tpe5+gptr3-align": functools.partial(_tpe_refined, every=3, startup=5, alignment=True),
+    "tpe5+gptr2-align": functools.partial(_tpe_refined, every=2, startup=5, alignment=True),
     "tpe-startup5": functools.partial(_tpe_variant, multivariate=True, n_startup_trials=5),
     "tpe-indep": functools.partial(_tpe_variant, multivariate=False),
     "tpe-group": functools.partial(_tpe_variant, multivariate=True, group=True),

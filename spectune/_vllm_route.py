@@ -18,6 +18,7 @@ Only :mod:`spectune.vllm_plugin` imports this module, and only in a vLLM worker.
 from __future__ import annotations
 
 import contextlib
+import inspect
 import logging
 import threading
 from collections.abc import Callable, Iterator, Mapping
@@ -119,6 +120,7 @@ class Router:
         self._kernels: ModuleType | None = None
         self._original: Callable[..., torch.Tensor] | None = None
         self._original_expand: Callable[..., Any] | None = None
+        self._expand_override: Any = None
         self._configs: dict[ShapeKey, dict[str, int]] = {}
         self._lock = threading.Lock()
 
@@ -176,33 +178,45 @@ class Router:
         self._configured = False
 
     def route_expand(self, dispatcher: ModuleType) -> None:
-        """Register :func:`expand_kernel` through vLLM's kernel-override registry.
+        """Make vLLM's ``expand_kernel`` override launch :func:`expand_kernel`.
 
         Only for platforms whose ``expand_kernel`` is already a fallback override (the
         CPU platform): a GPU's Triton ``expand_kernel`` is correct, and vLLM's JIT
         warmup rejects launchers that are not Triton kernels.
+
+        The platform's override object is already what every holder of the kernel
+        points at (vLLM rebound them all when it registered it), so it is retargeted in
+        place: ``register_kernels`` would scan every loaded module again to rebind
+        them, about 90 ms of worker startup. When the override does not look like
+        vLLM 0.32's, ``register_kernels`` is used after all.
         """
         current = getattr(self.module, "expand_kernel", None)
         impl = getattr(current, "func", None)
         if impl is expand_kernel:
             return
         self._original_expand = impl
-        with _quiet(dispatcher.logger):
-            dispatcher.register_kernels({EXPAND_KERNEL: expand_kernel})
+        if _retarget(current, expand_kernel):
+            self._expand_override = current
+            _set_registry(dispatcher, expand_kernel)
+        else:
+            with _quiet(dispatcher.logger):
+                dispatcher.register_kernels({EXPAND_KERNEL: expand_kernel})
 
     def uninstall(self, dispatcher: ModuleType | None = None) -> None:
         """Give vLLM back its own functions (idempotent)."""
         if getattr(self.module.rejection_sample, "__self__", None) is self:
             self.module.rejection_sample = self.original
+        original, override = self._original_expand, self._expand_override
         current = getattr(self.module, "expand_kernel", None)
-        if (
-            dispatcher is not None
-            and getattr(current, "func", None) is expand_kernel
-            and self._original_expand is not None
-        ):
-            with _quiet(dispatcher.logger):
-                dispatcher.register_kernels({EXPAND_KERNEL: self._original_expand})
+        if original is not None and getattr(current, "func", None) is expand_kernel:
+            if current is override and _retarget(current, original):
+                if dispatcher is not None:
+                    _set_registry(dispatcher, original)
+            elif dispatcher is not None:
+                with _quiet(dispatcher.logger):
+                    dispatcher.register_kernels({EXPAND_KERNEL: original})
         self._original_expand = None
+        self._expand_override = None
 
     # ------------------------------------------------------------------ hot path
 
@@ -417,6 +431,30 @@ def _unwrap(function: Callable[..., Any]) -> Callable[..., Any]:
     if isinstance(owner, Router):
         return owner.original
     return function
+
+
+def _retarget(override: Any, impl: Callable[..., Any]) -> bool:
+    """Point vLLM's ``KernelOverride`` ``override`` at ``impl``; ``False`` if unknown shape.
+
+    vLLM 0.32's ``KernelOverride`` launches ``_impl``, exposes it as ``func``, and
+    forwards launch keywords by name when ``impl``'s parameters are the kernel's.
+    """
+    names = getattr(override, "arg_names", None)
+    if not all(hasattr(override, a) for a in ("_impl", "func", "_forward_by_name")) or (
+        not isinstance(names, tuple)
+    ):
+        return False
+    override._impl = impl
+    override.func = impl
+    override._forward_by_name = tuple(inspect.signature(impl).parameters) == names
+    return True
+
+
+def _set_registry(dispatcher: ModuleType, impl: Callable[..., Any]) -> None:
+    """Keep vLLM's override registry saying which implementation is in place."""
+    registry = getattr(dispatcher, "_registry", None)
+    if isinstance(registry, dict) and EXPAND_KERNEL in registry:
+        registry[EXPAND_KERNEL] = (registry[EXPAND_KERNEL][0], impl)
 
 
 @contextlib.contextmanager

@@ -4,7 +4,8 @@ Matérn-5/2 kernel with one length scale per feature (ARD), Gaussian noise, fitt
 maximising the marginal likelihood with analytic gradients (L-BFGS-B), with weak
 log-normal priors that keep the fit sane on a few dozen points. Targets are normalised
 inside; callers pass log-times. Small on purpose: at a few hundred observations a fit
-takes milliseconds, so the search can refit after every evaluation.
+takes milliseconds, so the search can refit after every evaluation. Besides the
+posterior mean and deviation it draws joint posterior samples (Thompson sampling).
 """
 
 from __future__ import annotations
@@ -73,6 +74,17 @@ class GaussianProcess:
         v = solve_triangular(self._chol, ks.T, lower=True, check_finite=False)
         var = np.maximum(self._sf - (v * v).sum(0), 1e-12)
         return mean * self._scale + self._mean, np.sqrt(var) * self._scale
+
+    def sample(self, x: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        """One draw of the posterior at ``x`` (jointly; in target units)."""
+        assert self._x is not None, "fit first"
+        ks = self._sf * self._kernel(x, self._x)
+        mean = ks @ self._alpha
+        v = solve_triangular(self._chol, ks.T, lower=True, check_finite=False)
+        cov = self._sf * self._kernel(x, x) - v.T @ v
+        chol = _cholesky(cov + _JITTER * np.eye(len(x)))
+        draw = mean + chol @ rng.standard_normal(len(x))
+        return draw * self._scale + self._mean
 
     def _kernel(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
         sa, sb = a / self._ls, b / self._ls

@@ -79,10 +79,35 @@ class SpaceIndex:
             for n, vals, i in zip(self.names, self.values, self.grid[row], strict=True)
         }
 
-    def features(self) -> np.ndarray:
-        """Ordinal features in [0, 1] of every row, single-valued parameters dropped."""
+    def features(self, *, alignment: bool = False) -> np.ndarray:
+        """Ordinal features in [0, 1] of every row, single-valued parameters dropped.
+
+        With ``alignment``, each integer parameter whose values are positive and not all
+        powers of two also gets the exponent of the largest power of two dividing its
+        value (scaled to [0, 1]): GPU kernels are often fast only when a block or tile
+        size is a multiple of the warp or wavefront size, and that is not a smooth
+        function of the value's position in its list.
+        """
         span = np.maximum(self.cards - 1, 1)
         keep = self.cards > 1
         if not keep.any():
             return np.zeros((len(self.grid), 1))
-        return (self.grid / span)[:, keep].astype(float)
+        columns = [(self.grid / span)[:, keep].astype(float)]
+        if alignment:
+            for j, vals in enumerate(self.values):
+                twos = _two_adic(vals)
+                if twos is None or len(set(twos)) < 2:
+                    continue
+                if all(v & (v - 1) == 0 for v in vals):  # type: ignore[operator]
+                    continue  # powers of two: the exponent is the ordinal already
+                level = np.array(twos, dtype=float)
+                level = (level - level.min()) / (level.max() - level.min())
+                columns.append(level[self.grid[:, j]][:, None])
+        return np.concatenate(columns, axis=1)
+
+
+def _two_adic(values: tuple[object, ...]) -> list[int] | None:
+    """Exponent of the largest power of two dividing each value, or ``None``."""
+    if not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in values):
+        return None
+    return [(v & -v).bit_length() - 1 for v in values]  # type: ignore[operator]

@@ -1,12 +1,15 @@
 """The strategies the engine can search with, and their names.
 
-* ``tpe+gp-tr`` (``auto``): Optuna's multivariate TPE (categorical parameters, constant
-  liar, 5 random start-up trials) makes two proposals in three; the third comes from
-  ``gp-tr``, a local refinement around the best configuration. TPE keeps the search
-  global (it escapes poor regions); the trust-region GP finishes good regions off.
-* ``gp-tr``: a Gaussian process on log-times over the ordinal encoding, with expected
-  improvement maximised over the configurations that differ from the best one in at
-  most two parameters (a Hamming trust region), after 5 random ones.
+* ``gp-ts`` (``auto``): a Gaussian process on log-times over the ordinal encoding plus
+  each integer parameter's power-of-two alignment; after 5 random configurations, each
+  proposal is the minimum of one posterior draw (Thompson sampling) over the
+  configurations that differ from the best one in at most two parameters (a Hamming
+  trust region). After 15 evaluations without improvement every other proposal is
+  drawn over the whole space instead, until the best improves.
+* ``tpe+gp-tr``: Optuna's multivariate TPE (categorical parameters, constant liar, 5
+  random start-up trials) makes two proposals in three; the third comes from ``gp-tr``.
+* ``gp-tr``: the GP on the ordinal encoding alone, with expected improvement maximised
+  within the trust region, after 5 random configurations.
 * ``gp``: the same model, expected improvement over the whole space.
 * ``tpe``: Optuna's multivariate TPE alone (10 random start-up trials).
 * ``random``: uniform over the configurations not yet seen.
@@ -23,16 +26,21 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from spectune.autotune._gp import GaussianProcess, expected_improvement
-from spectune.autotune._sampler import ProposalContext, Strategy
+from spectune.autotune._sampler import History, ProposalContext, Strategy
 
 __all__ = [
     "STRATEGIES",
+    "THOMPSON_CANDIDATES",
     "GPStrategy",
     "InterleavedStrategy",
     "OptunaStrategy",
     "RandomStrategy",
     "make_strategy",
 ]
+
+
+#: Most candidates one Thompson draw covers (the draw is cubic in their number).
+THOMPSON_CANDIDATES = 1000
 
 
 class RandomStrategy(Strategy):
@@ -45,7 +53,7 @@ class RandomStrategy(Strategy):
 
 
 class GPStrategy(Strategy):
-    """Expected improvement of a GP on log-times, optionally within a trust region.
+    """A GP on log-times picks the next configuration, optionally within a trust region.
 
     Args:
         n_init: Random configurations evaluated before the model is used (warm-start
@@ -53,16 +61,41 @@ class GPStrategy(Strategy):
         radius: Trust region: only configurations differing from the best one in at
             most ``radius`` parameters are candidates (``None``: the whole space). When
             the region holds no available configuration, the whole space is used.
+        acquisition: ``"ei"``: the candidate of highest expected improvement;
+            ``"thompson"``: the minimum of one joint posterior draw over the candidates
+            (at most :data:`THOMPSON_CANDIDATES`, drawn at random when there are more).
+            Thompson sampling spreads proposals over the configurations the model
+            cannot tell apart, where expected improvement keeps choosing the same kind.
+        alignment: Add each integer parameter's power-of-two alignment as a feature
+            (:meth:`SpaceIndex.features`).
+        stall: After this many evaluations without improvement, every other proposal
+            is taken from the whole space (escape from a poor region) until the best
+            improves; ``None``: never.
 
     The model is conditioned on all data at every proposal; its hyperparameters are
     refitted at every proposal up to 50 observations, then every ``n // 25`` (the fit
     is most of the cost and changes little from one observation to the next).
     """
 
-    def __init__(self, *, n_init: int = 5, radius: int | None = 2) -> None:
+    def __init__(
+        self,
+        *,
+        n_init: int = 5,
+        radius: int | None = 2,
+        acquisition: str = "ei",
+        alignment: bool = False,
+        stall: int | None = None,
+    ) -> None:
+        if acquisition not in ("ei", "thompson"):
+            raise ValueError(f"acquisition must be 'ei' or 'thompson', got {acquisition!r}")
         self.n_init = n_init
         self.radius = radius
+        self.acquisition = acquisition
+        self.alignment = alignment
+        self.stall = stall
         self.name = "gp" if radius is None else "gp-tr"
+        if acquisition == "thompson":
+            self.name += "-ts"
         self._gp: GaussianProcess | None = None
         self._features: np.ndarray | None = None
         self._fitted_at = 0
@@ -72,7 +105,7 @@ class GPStrategy(Strategy):
         if len(h.rows) < self.n_init or not h.ok.any():
             return None  # random
         if self._features is None:
-            self._features = ctx.index.features()
+            self._features = ctx.index.features(alignment=self.alignment)
             self._gp = GaussianProcess(self._features.shape[1])
         assert self._gp is not None
         feats = self._features
@@ -86,16 +119,28 @@ class GPStrategy(Strategy):
         self._gp.fit(feats[h.rows], y, optimize=refit)
 
         candidates = np.flatnonzero(ctx.available)
-        if self.radius is not None:
+        if self.radius is not None and not self._escaping(h):
             best = h.best_row()
             grid = ctx.index.grid
             near = (grid[candidates] != grid[best]).sum(axis=1) <= self.radius
             if near.any():
                 candidates = candidates[near]
+        if self.acquisition == "thompson":
+            if len(candidates) > THOMPSON_CANDIDATES:
+                candidates = ctx.rng.choice(candidates, THOMPSON_CANDIDATES, replace=False)
+            draw = self._gp.sample(feats[candidates], ctx.rng)
+            return int(candidates[int(np.argmin(draw))])
         mean, sd = self._gp.predict(feats[candidates])
         ei = expected_improvement(mean, sd, float(np.min(y)))
         top = np.flatnonzero(ei == ei.max())
         return int(candidates[top[int(ctx.rng.integers(len(top)))]])
+
+    def _escaping(self, history: History) -> bool:
+        """Whether this proposal leaves the trust region (see ``stall``)."""
+        if self.stall is None:
+            return False
+        since = len(history.times) - 1 - int(np.nanargmin(history.times))
+        return since >= self.stall and (since - self.stall) % 2 == 0
 
 
 class InterleavedStrategy(Strategy):
@@ -220,15 +265,20 @@ def _tpe_gp_tr(seed: int | None) -> Strategy:
     return InterleavedStrategy(tpe, GPStrategy(n_init=5, radius=2), every=3)
 
 
+def _gp_ts(seed: int | None) -> Strategy:
+    return GPStrategy(n_init=5, radius=2, acquisition="thompson", alignment=True, stall=15)
+
+
 #: Strategy factories by name; each takes the seed.
 STRATEGIES: dict[str, Callable[[int | None], Strategy]] = {
+    "gp-ts": _gp_ts,
     "tpe+gp-tr": _tpe_gp_tr,
     "gp-tr": lambda seed: GPStrategy(radius=2),
     "gp": lambda seed: GPStrategy(radius=None),
     "tpe": lambda seed: OptunaStrategy(_tpe(seed), name="tpe"),
     "random": lambda seed: RandomStrategy(),
 }
-STRATEGIES["auto"] = STRATEGIES["tpe+gp-tr"]
+STRATEGIES["auto"] = STRATEGIES["gp-ts"]
 
 
 def make_strategy(name: str, *, seed: int | None = None) -> Strategy:

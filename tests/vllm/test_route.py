@@ -339,11 +339,16 @@ def test_route_expand_fixes_vllms_cpu_expand_and_undoes() -> None:
     cu = torch.tensor([2, 3, 5], dtype=torch.int32)
     expected = [0.8, 0.8, 1.0, 1.25, 1.25]
     router = Router(module=rs)
-    platform_impl = rs.expand_kernel.func
+    platform_override = rs.expand_kernel
+    platform_impl = platform_override.func
     router.route_expand(dispatcher)
     try:
         assert rs.expand_kernel.func is expand_kernel
         assert rs._expand.kernel is rs.expand_kernel  # vLLM's dispatcher launches ours
+        # Retargeted in place (no module scan): every holder still has the same object,
+        # and vLLM's registry says which implementation is in place.
+        assert rs.expand_kernel is platform_override
+        assert dispatcher._registry[EXPAND_KERNEL][1] is expand_kernel
         got = rs.expand_batch_to_tokens(temperatures, cu, 5, replace_from=0, replace_to=1)
         assert got.tolist() == pytest.approx(expected)
         top_k = rs.expand_batch_to_tokens(torch.tensor([5, 0, 9], dtype=torch.int32), cu, 5)
@@ -351,6 +356,32 @@ def test_route_expand_fixes_vllms_cpu_expand_and_undoes() -> None:
     finally:
         router.uninstall(dispatcher)
     assert rs.expand_kernel.func is platform_impl
+    assert rs.expand_kernel is platform_override
+    assert dispatcher._registry[EXPAND_KERNEL][1] is platform_impl
+    broken = rs.expand_batch_to_tokens(temperatures, cu, 5, replace_from=0, replace_to=1)
+    assert broken.tolist() != pytest.approx(expected)  # vLLM's C++ fallback is back
+
+
+def test_route_expand_falls_back_to_register_kernels_for_an_unknown_override(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An override object unlike vLLM 0.32's is not edited: vLLM's registry rebinds."""
+
+    class Foreign:
+        def __init__(self, func: object) -> None:
+            self.func = func
+
+        def __getitem__(self, grid: object) -> object:
+            return self.func
+
+    router = Router(module=rs)
+    original = rs.expand_kernel
+    monkeypatch.setattr(rs, "expand_kernel", Foreign(original.func))
+    registered: list[dict[str, object]] = []
+    monkeypatch.setattr(dispatcher, "register_kernels", registered.append)
+    router.route_expand(dispatcher)
+    assert registered == [{EXPAND_KERNEL: expand_kernel}]
+    assert rs.expand_kernel.func is original.func  # not edited in place
     assert EXPAND_KERNEL.rsplit(".", 1)[1] == "expand_kernel"
 
 

@@ -1,0 +1,116 @@
+"""The parts of the default strategy: alignment features, posterior draws, escapes."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+import optuna
+import pytest
+
+from spectune.autotune import Outcome, SpaceIndex, search
+from spectune.autotune._gp import GaussianProcess
+from spectune.autotune._sampler import History
+from spectune.autotune._strategies import STRATEGIES, GPStrategy, make_strategy
+from spectune.space import Param, SearchSpace
+
+optuna.logging.set_verbosity(optuna.logging.ERROR)
+
+
+def test_auto_is_the_thompson_trust_region_with_alignment_and_escapes() -> None:
+    strategy = make_strategy("auto", seed=0)
+    assert isinstance(strategy, GPStrategy)
+    assert strategy.name == "gp-tr-ts" and strategy.radius == 2
+    assert (strategy.acquisition, strategy.alignment, strategy.stall) == ("thompson", True, 15)
+    assert set(STRATEGIES) >= {"auto", "gp-ts", "tpe+gp-tr", "gp-tr", "gp", "tpe", "random"}
+    with pytest.raises(ValueError, match="acquisition must be 'ei' or 'thompson'"):
+        GPStrategy(acquisition="ucb")
+
+
+def test_alignment_feature_is_the_power_of_two_dividing_each_value() -> None:
+    space = SearchSpace(params=(
+        Param("bx", (16, 32, 48, 64, 96)),       # not all powers of two: feature added
+        Param("warps", (1, 2, 4, 8), power_of_two=True),  # powers of two: ordinal enough
+        Param("flag", (0, 1)),                   # not all positive: no feature
+        Param("fixed", (7,)),                    # one value: dropped
+    ))
+    index = SpaceIndex(space)
+    plain = index.features()
+    aligned = index.features(alignment=True)
+    assert plain.shape == (len(index), 3)
+    assert aligned.shape == (len(index), 4)
+    np.testing.assert_array_equal(aligned[:, :3], plain)
+    # 16 = 2^4, 32 = 2^5, 48 = 3 * 2^4, 64 = 2^6, 96 = 3 * 2^5: exponents 4 5 4 6 5 -> [0, 1]
+    expected = {16: 0.0, 32: 0.5, 48: 0.0, 64: 1.0, 96: 0.5}
+    for row in range(len(index)):
+        assert aligned[row, 3] == expected[index.config(row)["bx"]]
+
+
+def test_alignment_adds_nothing_when_every_value_has_the_same_alignment() -> None:
+    index = SpaceIndex(SearchSpace(params=(Param("odd", (1, 3, 5, 7)), Param("b", (2, 4)))))
+    assert index.features(alignment=True).shape == index.features().shape
+
+
+def test_posterior_draws_have_the_posterior_mean_and_spread() -> None:
+    rng = np.random.default_rng(0)
+    x = rng.random((12, 2))
+    y = np.sin(3 * x[:, 0]) + x[:, 1]
+    gp = GaussianProcess(2)
+    gp.fit(x, y)
+    at = rng.random((6, 2))
+    mean, sd = gp.predict(at)
+    draws = np.stack([gp.sample(at, rng) for _ in range(4000)])
+    # 4000 draws: the standard error of the mean is sd / 63; of the sd about sd / 89.
+    np.testing.assert_allclose(draws.mean(0), mean, atol=float(5 * sd.max() / 63))
+    np.testing.assert_allclose(draws.std(0), sd, rtol=0.1)
+    # At an observed point the draw is pinned to the data (small noise).
+    pinned = np.stack([gp.sample(x[:1], rng) for _ in range(200)])
+    assert abs(pinned.mean() - y[0]) < 0.05 * (y.max() - y.min())
+
+
+def _history(times: list[float]) -> History:
+    return History(
+        rows=np.arange(len(times)), times=np.array(times, dtype=float), pending=np.array([])
+    )
+
+
+def test_stall_alternates_global_proposals_until_the_best_improves() -> None:
+    strategy = GPStrategy(stall=3)
+    best_then_flat = [5.0, 1.0] + [2.0] * 8  # the best is evaluation 1
+    escapes = [strategy._escaping(_history(best_then_flat[:n])) for n in range(2, 11)]
+    # evaluations since the best: 0 1 2 3 4 5 6 7 8 -> escape at 3, 5, 7
+    assert escapes == [False, False, False, True, False, True, False, True, False]
+    assert not strategy._escaping(_history([*best_then_flat, 0.5]))  # improved
+    assert not GPStrategy()._escaping(_history(best_then_flat))  # stall=None: never
+    nan = float("nan")  # failures after the best count as evaluations without improvement
+    assert strategy._escaping(_history([2.0, nan, nan, nan]))
+
+
+def _needle_space() -> tuple[SearchSpace, dict[str, int]]:
+    """A rough 2-D plane where only power-of-two-aligned sizes are fast."""
+    space = SearchSpace(params=(
+        Param("bx", tuple(range(16, 257, 16))),
+        Param("by", (1, 2, 3, 4, 6, 8)),
+        Param("mode", (0, 1, 2)),
+    ))
+    return space, {"bx": 128, "by": 4, "mode": 1}
+
+
+def _needle(config: Mapping[str, int]) -> Outcome:
+    bx, by, mode = config["bx"], config["by"], config["mode"]
+    aligned = (bx & -bx).bit_length()  # 5 for 16, 8 for 128, 9 for 256
+    t = 10.0 - aligned + abs(by - 4) * 0.7 + (0 if mode == 1 else 1.5)
+    t += 0.3 * ((bx * 7 + by * 13) % 5) / 5  # rough per-config term
+    if bx == 256:
+        t += 1.2  # the most aligned size is not the fastest
+    return Outcome.ok(t)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_default_finds_an_aligned_optimum_of_a_rough_space(seed: int) -> None:
+    space, optimum = _needle_space()
+    index = SpaceIndex(space)
+    best = min((index.config(r) for r in range(len(index))), key=lambda c: _needle(c).time)  # type: ignore[arg-type,return-value]
+    assert best == optimum
+    result = search(_needle, space=space, max_evals=40, sampler="auto", seed=seed)
+    assert result.best_config == optimum
