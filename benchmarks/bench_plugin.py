@@ -109,7 +109,7 @@ def child_startup() -> dict[str, float]:
     if router is None or not router.installed:
         raise SystemExit("the plugin did not route: check SPECTUNE_DB and TRITON_INTERPRET")
     # Parts of load_and_route, timed again: the database load alone, and (CPU only)
-    # vLLM's register_kernels for the expand step (it scans every loaded module).
+    # pointing vLLM's expand override at ours.
     from vllm.triton_utils import dispatcher
 
     from spectune.identity import detect_device, detect_software

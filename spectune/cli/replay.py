@@ -35,7 +35,7 @@ __all__ = ["replay"]
     "--sampler",
     default="auto",
     show_default=True,
-    help="Engine strategy: auto (= tpe+gp-tr), tpe+gp-tr, gp-tr, gp, tpe or random.",
+    help="Engine strategy: auto (= gp-ts), gp-ts, tpe+gp-tr, gp-tr, gp, tpe or random.",
 )
 @click.option("--seed", type=int, default=0, show_default=True, help="Base seed.")
 @click.option(

@@ -30,7 +30,8 @@ __all__ = ["sweep"]
               "(default: a journal file next to the user database).")
 @click.option("--workers", type=click.IntRange(min=1), default=1, show_default=True,
               help="Processes sharing each study.")
-@click.option("--sampler", default="auto", show_default=True, help="Search strategy.")
+@click.option("--sampler", default="auto", show_default=True,
+              help="Search strategy: auto (= gp-ts), gp-ts, tpe+gp-tr, gp-tr, gp, tpe or random.")
 @click.option("--seed", default=0, show_default=True, help="Seed of inputs and sampler.")
 def sweep(
     kernels: tuple[str, ...], spec_lens: str, batch_sizes: str, vocab_sizes: str,
