@@ -14,6 +14,7 @@ from pathlib import Path
 from sqlalchemy import column, inspect, select, table, text
 from sqlalchemy.engine import Connection, Engine
 
+from spectune.db._engine import READS_ONLY
 from spectune.db._revision import (
     HEAD_REVISION,
     REVISIONS,
@@ -72,6 +73,16 @@ def upgrade(engine: Engine, *, location: str) -> tuple[str | None, str]:
         SchemaTooNewError: it was written by a newer spectune.
         SchemaError: it is at the head revision but tables or columns are missing.
     """
+    # A database already at the head revision is opened without taking the write lock:
+    # in SQLite's WAL mode a reader never waits for writers, so a process opening the
+    # store while others record rows is not held up (or starved) by their transactions.
+    reader = engine.connect().execution_options(**{READS_ONLY: True})
+    with reader as connection, connection.begin():
+        state = inspect_schema(connection)
+    if state.revision == HEAD_REVISION:
+        refuse_foreign(state, location=location)
+        require_current(state, location=location)
+        return HEAD_REVISION, HEAD_REVISION
     with engine.begin() as connection:
         if connection.dialect.name == "postgresql":
             connection.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _PG_LOCK_KEY})
