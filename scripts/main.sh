@@ -10,5 +10,8 @@ bash scripts/setup.sh
 if ! python -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)'; then
     export TRITON_INTERPRET=1
 fi
+# Tables are wide: when the output is not a terminal (a log, a pipe), rich would wrap
+# them at 80 columns.
+[ -t 1 ] || export COLUMNS="${COLUMNS:-200}"
 spectune sweep --spec-lens 1,2 --batch-sizes 1,4 --vocab-sizes 32000 --trials 10 --patience 6 "$@"
 spectune db show
