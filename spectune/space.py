@@ -19,6 +19,7 @@ __all__ = [
     "Param",
     "Problem",
     "SearchSpace",
+    "is_power_of_two",
 ]
 
 #: Backends a tuned row can name. ``cpu-interpreter`` is Triton's interpreter on CPU.
@@ -55,7 +56,7 @@ class Param:
             raise ValueError(f"param {self.name!r}: values must not be empty")
         if list(self.values) != sorted(set(self.values)):
             raise ValueError(f"param {self.name!r}: values must be increasing and unique")
-        if self.power_of_two and any(not _is_power_of_two(v) for v in self.values):
+        if self.power_of_two and any(not is_power_of_two(v) for v in self.values):
             raise ValueError(f"param {self.name!r}: every value must be a power of two")
 
     def applies_to(self, backend: str) -> bool:
@@ -126,7 +127,7 @@ class SearchSpace:
                 )
             if value < 0:
                 raise InvalidConfigError(f"config[{p.name!r}] must not be negative, got {value}")
-            if p.power_of_two and not _is_power_of_two(value):
+            if p.power_of_two and not is_power_of_two(value):
                 raise InvalidConfigError(
                     f"config[{p.name!r}] must be a power of two, got {value}"
                 )
@@ -189,5 +190,6 @@ class Problem:
             raise ValueError(f"dtype must be one of {DTYPES}, got {self.dtype!r}")
 
 
-def _is_power_of_two(value: int) -> bool:
+def is_power_of_two(value: int) -> bool:
+    """Whether ``value`` is a positive power of two."""
     return value > 0 and value & (value - 1) == 0

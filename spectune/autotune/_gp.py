@@ -68,23 +68,24 @@ class GaussianProcess:
 
     def predict(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Posterior mean and standard deviation at ``x`` (in target units)."""
-        assert self._x is not None, "fit first"
-        ks = self._sf * self._kernel(x, self._x)
-        mean = ks @ self._alpha
-        v = solve_triangular(self._chol, ks.T, lower=True, check_finite=False)
+        mean, v = self._conditional(x)
         var = np.maximum(self._sf - (v * v).sum(0), 1e-12)
         return mean * self._scale + self._mean, np.sqrt(var) * self._scale
 
     def sample(self, x: np.ndarray, rng: np.random.Generator) -> np.ndarray:
         """One draw of the posterior at ``x`` (jointly; in target units)."""
-        assert self._x is not None, "fit first"
-        ks = self._sf * self._kernel(x, self._x)
-        mean = ks @ self._alpha
-        v = solve_triangular(self._chol, ks.T, lower=True, check_finite=False)
+        mean, v = self._conditional(x)
         cov = self._sf * self._kernel(x, x) - v.T @ v
         chol = _cholesky(cov + _JITTER * np.eye(len(x)))
         draw = mean + chol @ rng.standard_normal(len(x))
         return draw * self._scale + self._mean
+
+    def _conditional(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Normalised posterior mean at ``x`` and ``L^-1 k(X, x)`` (for the covariance)."""
+        assert self._x is not None, "fit first"
+        ks = self._sf * self._kernel(x, self._x)
+        v = solve_triangular(self._chol, ks.T, lower=True, check_finite=False)
+        return ks @ self._alpha, v
 
     def _kernel(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
         sa, sb = a / self._ls, b / self._ls

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 import numpy as np
 from optuna.distributions import CategoricalDistribution
 
-from spectune.space import SearchSpace
+from spectune.space import SearchSpace, is_power_of_two
 
 __all__ = ["MAX_ENUMERATED", "SpaceIndex"]
 
@@ -98,7 +98,7 @@ class SpaceIndex:
                 twos = _two_adic(vals)
                 if twos is None or len(set(twos)) < 2:
                     continue
-                if all(v & (v - 1) == 0 for v in vals):  # type: ignore[operator]
+                if all(is_power_of_two(v) for v in vals):  # type: ignore[arg-type]
                     continue  # powers of two: the exponent is the ordinal already
                 level = np.array(twos, dtype=float)
                 level = (level - level.min()) / (level.max() - level.min())
