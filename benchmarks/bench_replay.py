@@ -5,8 +5,10 @@
 
 Prints one line per (space, strategy): the median fraction of the optimum at each
 budget, the share of seeds reaching 0.95 at 100, random search's median at each budget,
-and seconds per run. ``--synthetic N`` adds N generated spaces (seeds 0..N-1, varying
-roughness and failure rates) written to a temporary directory.
+and seconds per run. ``--synthetic N`` adds N generated spaces (seeds S..S+N-1 with
+``--synthetic-start S``, default 0; varying roughness and failure rates) written to a
+temporary directory; a start past the seeds used while designing a strategy gives
+spaces it has not seen.
 """
 
 from __future__ import annotations
@@ -78,7 +80,7 @@ def optuna_tpe(seed: int, **kw: object) -> object:
 
 
 #: Variants beyond the registered strategies, for the comparison in docs/replay.md
-#: (``gp-tr-align-ts`` with ``stall=15`` is the registered ``gp-ts``).
+#: (``gp-ts-s15`` is the previous default ``gp-ts``, before the elites' lines).
 VARIANTS = {
     "gp-tr-r1": functools.partial(_gp_variant, radius=1),
     "gp-tr-r3": functools.partial(_gp_variant, radius=3),
@@ -112,6 +114,21 @@ VARIANTS = {
     "tpe-indep": functools.partial(_tpe_variant, multivariate=False),
     "tpe-group": functools.partial(_tpe_variant, multivariate=True, group=True),
     "tpe-startup20": functools.partial(_tpe_variant, multivariate=True, n_startup_trials=20),
+    "gp-ts-s15": functools.partial(
+        _gp_variant, alignment=True, acquisition="thompson", stall=15
+    ),
+    "gp-ts-lines-s30": functools.partial(
+        _gp_variant, alignment=True, acquisition="thompson", lines_after=16, stall=30
+    ),
+    "gp-ts-lines-e3": functools.partial(
+        _gp_variant, alignment=True, acquisition="thompson", lines_after=16, elites=3, stall=40
+    ),
+    "gp-ts-lines-e8": functools.partial(
+        _gp_variant, alignment=True, acquisition="thompson", lines_after=16, elites=8, stall=40
+    ),
+    "gp-ts-lines-10": functools.partial(
+        _gp_variant, alignment=True, acquisition="thompson", lines_after=10, stall=30
+    ),
 }
 
 #: Synthetic spaces: (roughness, fail fraction) cycled over seeds.
@@ -126,6 +143,9 @@ def main() -> int:
     parser.add_argument("--budget", type=int, default=100)
     parser.add_argument("--workers", type=int, default=1)
     parser.add_argument("--synthetic", type=int, default=0)
+    parser.add_argument(
+        "--synthetic-start", type=int, default=0, help="seed of the first generated space"
+    )
     parser.add_argument("--no-shared", action="store_true")
     parser.add_argument("--noisy", action="store_true")
     parser.add_argument("--out", type=Path)
@@ -135,7 +155,7 @@ def main() -> int:
     if not files and not args.no_shared:
         files = sorted(SHARED.glob("*_T4.json.gz"))
     tmp = tempfile.TemporaryDirectory()
-    for seed in range(args.synthetic):
+    for seed in range(args.synthetic_start, args.synthetic_start + args.synthetic):
         rough, fail = SYNTHETIC[seed % len(SYNTHETIC)]
         spec = SyntheticSpec(roughness=rough, fail_fraction=fail)
         files.append(write_synthetic(Path(tmp.name) / f"synthetic{seed}.json.gz", spec, seed=seed))

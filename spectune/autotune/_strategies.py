@@ -4,8 +4,10 @@
   each integer parameter's power-of-two alignment; after 5 random configurations, each
   proposal is the minimum of one posterior draw (Thompson sampling) over the
   configurations that differ from the best one in at most two parameters (a Hamming
-  trust region). After 15 evaluations without improvement every other proposal is
-  drawn over the whole space instead, until the best improves.
+  trust region). After 16 evaluations without improvement the candidates become the
+  lines through the 5 best configurations evaluated (each with one parameter changed),
+  and after 40 every other proposal is drawn over the whole space instead, until the
+  best improves.
 * ``tpe+gp-tr``: Optuna's multivariate TPE (categorical parameters, constant liar, 5
   random start-up trials) makes two proposals in three; the third comes from ``gp-tr``.
 * ``gp-tr``: the GP on the ordinal encoding alone, with expected improvement maximised
@@ -71,6 +73,14 @@ class GPStrategy(Strategy):
         stall: After this many evaluations without improvement, every other proposal
             is taken from the whole space (escape from a poor region) until the best
             improves; ``None``: never.
+        lines_after: After this many evaluations without improvement (and until the
+            best improves), the candidates are the configurations that differ in at
+            most one parameter from any of the ``elites`` best evaluated ones, instead
+            of the trust region around the best alone; ``None``: never (nor without a
+            trust region, ``radius=None``). A best in a local basin keeps the trust
+            region from reaching a better basin several parameters away; the
+            runners-up often lie on the way to it.
+        elites: How many of the best evaluated configurations the lines go through.
 
     The model is conditioned on all data at every proposal; its hyperparameters are
     refitted at every proposal up to 50 observations, then every ``n // 25`` (the fit
@@ -85,14 +95,20 @@ class GPStrategy(Strategy):
         acquisition: str = "ei",
         alignment: bool = False,
         stall: int | None = None,
+        lines_after: int | None = None,
+        elites: int = 5,
     ) -> None:
         if acquisition not in ("ei", "thompson"):
             raise ValueError(f"acquisition must be 'ei' or 'thompson', got {acquisition!r}")
+        if elites < 1:
+            raise ValueError(f"elites must be >= 1, got {elites}")
         self.n_init = n_init
         self.radius = radius
         self.acquisition = acquisition
         self.alignment = alignment
         self.stall = stall
+        self.lines_after = lines_after
+        self.elites = elites
         self.name = "gp" if radius is None else "gp-tr"
         if acquisition == "thompson":
             self.name += "-ts"
@@ -118,13 +134,7 @@ class GPStrategy(Strategy):
             self._fitted_at = n
         self._gp.fit(feats[h.rows], y, optimize=refit)
 
-        candidates = np.flatnonzero(ctx.available)
-        if self.radius is not None and not self._escaping(h):
-            best = h.best_row()
-            grid = ctx.index.grid
-            near = (grid[candidates] != grid[best]).sum(axis=1) <= self.radius
-            if near.any():
-                candidates = candidates[near]
+        candidates = self._candidates(ctx)
         if self.acquisition == "thompson":
             if len(candidates) > THOMPSON_CANDIDATES:
                 candidates = ctx.rng.choice(candidates, THOMPSON_CANDIDATES, replace=False)
@@ -135,11 +145,37 @@ class GPStrategy(Strategy):
         top = np.flatnonzero(ei == ei.max())
         return int(candidates[top[int(ctx.rng.integers(len(top)))]])
 
+    def _candidates(self, ctx: ProposalContext) -> np.ndarray:
+        """The available rows this proposal chooses among (the region of its phase).
+
+        The whole space when the region holds no available configuration.
+        """
+        h = ctx.history
+        candidates = np.flatnonzero(ctx.available)
+        if self.radius is None or self._escaping(h):
+            return candidates
+        grid = ctx.index.grid[candidates]
+        if self._on_lines(h):
+            order = np.argsort(np.where(h.ok, h.times, np.inf), kind="stable")
+            centres = ctx.index.grid[h.rows[order[: min(self.elites, int(h.ok.sum()))]]]
+            near = ((grid[:, None, :] != centres[None, :, :]).sum(axis=2) <= 1).any(axis=1)
+        else:
+            near = (grid != ctx.index.grid[h.best_row()]).sum(axis=1) <= self.radius
+        return candidates[near] if near.any() else candidates
+
+    def _since_best(self, history: History) -> int:
+        """Evaluations since the best one."""
+        return len(history.times) - 1 - int(np.nanargmin(history.times))
+
+    def _on_lines(self, history: History) -> bool:
+        """Whether this proposal searches the elites' lines (see ``lines_after``)."""
+        return self.lines_after is not None and self._since_best(history) >= self.lines_after
+
     def _escaping(self, history: History) -> bool:
         """Whether this proposal leaves the trust region (see ``stall``)."""
         if self.stall is None:
             return False
-        since = len(history.times) - 1 - int(np.nanargmin(history.times))
+        since = self._since_best(history)
         return since >= self.stall and (since - self.stall) % 2 == 0
 
 
@@ -266,7 +302,15 @@ def _tpe_gp_tr(seed: int | None) -> Strategy:
 
 
 def _gp_ts(seed: int | None) -> Strategy:
-    return GPStrategy(n_init=5, radius=2, acquisition="thompson", alignment=True, stall=15)
+    return GPStrategy(
+        n_init=5,
+        radius=2,
+        acquisition="thompson",
+        alignment=True,
+        lines_after=16,
+        elites=5,
+        stall=40,
+    )
 
 
 #: Strategy factories by name; each takes the seed.

@@ -10,21 +10,24 @@ import pytest
 
 from spectune.autotune import Outcome, SpaceIndex, search
 from spectune.autotune._gp import GaussianProcess
-from spectune.autotune._sampler import History
+from spectune.autotune._sampler import History, ProposalContext
 from spectune.autotune._strategies import STRATEGIES, GPStrategy, make_strategy
 from spectune.space import Param, SearchSpace
 
 optuna.logging.set_verbosity(optuna.logging.ERROR)
 
 
-def test_auto_is_the_thompson_trust_region_with_alignment_and_escapes() -> None:
+def test_auto_is_the_thompson_trust_region_with_alignment_lines_and_escapes() -> None:
     strategy = make_strategy("auto", seed=0)
     assert isinstance(strategy, GPStrategy)
     assert strategy.name == "gp-tr-ts" and strategy.radius == 2
-    assert (strategy.acquisition, strategy.alignment, strategy.stall) == ("thompson", True, 15)
+    assert (strategy.acquisition, strategy.alignment) == ("thompson", True)
+    assert (strategy.lines_after, strategy.elites, strategy.stall) == (16, 5, 40)
     assert set(STRATEGIES) >= {"auto", "gp-ts", "tpe+gp-tr", "gp-tr", "gp", "tpe", "random"}
     with pytest.raises(ValueError, match="acquisition must be 'ei' or 'thompson'"):
         GPStrategy(acquisition="ucb")
+    with pytest.raises(ValueError, match="elites must be >= 1, got 0"):
+        GPStrategy(elites=0)
 
 
 def test_alignment_feature_is_the_power_of_two_dividing_each_value() -> None:
@@ -84,6 +87,55 @@ def test_stall_alternates_global_proposals_until_the_best_improves() -> None:
     assert not GPStrategy()._escaping(_history(best_then_flat))  # stall=None: never
     nan = float("nan")  # failures after the best count as evaluations without improvement
     assert strategy._escaping(_history([2.0, nan, nan, nan]))
+
+
+def _candidates(
+    strategy: GPStrategy, index: SpaceIndex, rows: list[int], times: list[float]
+) -> set[tuple[int, ...]]:
+    """The configurations (as grid tuples) ``strategy`` would choose among next."""
+    history = History(
+        rows=np.array(rows), times=np.array(times, dtype=float), pending=np.array([])
+    )
+    available = np.ones(len(index), dtype=bool)
+    available[rows] = False
+    ctx = ProposalContext(index, history, available, np.random.default_rng(0), None, None)
+    return {tuple(index.grid[r]) for r in strategy._candidates(ctx)}
+
+
+def _hamming(a: tuple[int, ...], b: tuple[int, ...]) -> int:
+    return sum(x != y for x, y in zip(a, b, strict=True))
+
+
+def test_candidates_move_from_the_trust_region_to_the_elites_lines_to_the_whole_space() -> None:
+    index = SpaceIndex(SearchSpace(params=tuple(Param(n, (1, 2, 3, 4, 5)) for n in "abcd")))
+    grid = [tuple(g) for g in index.grid]
+    # Five distinct successes far apart (the best is row 0), a failure, then stalls.
+    elites = [0, 156, 312, 468, 624]
+    failed = 600
+    strategy = GPStrategy(radius=2, lines_after=3, elites=4, stall=6)
+    rows = [*elites, failed]
+    times = [1.0, 2.0, 3.0, 4.0, 5.0, float("nan")]
+    unseen = set(grid) - {grid[r] for r in rows}
+
+    assert [grid[r] for r in elites] == [(v,) * 4 for v in range(5)]  # 4 apart each
+    # 5 evaluations since the best: >= lines_after and < stall, so the lines through the
+    # 4 best successes (the 5th success and the failure are no centres).
+    lines = {g for g in unseen if any(_hamming(g, grid[e]) <= 1 for e in elites[:4])}
+    assert len(lines) == 4 * 4 * 4
+    assert _candidates(strategy, index, rows, times) == lines
+    # Before lines_after (here: never), radius 2 around the best.
+    strategy.lines_after = None
+    near_best = {g for g in unseen if _hamming(g, grid[0]) <= 2}
+    assert _candidates(strategy, index, rows, times) == near_best
+    # since = 6 = stall: an escape over the whole space; since = 7: back on the lines.
+    strategy.lines_after = 3
+    assert _candidates(strategy, index, [*rows, 7], [*times, 9.0]) == unseen - {grid[7]}
+    assert _candidates(strategy, index, [*rows, 7, 8], [*times, 9.0, 9.0]) == (
+        lines - {grid[7], grid[8]}
+    )
+    # An improvement resets the schedule: radius 2 around the new best (row 1).
+    improved = _candidates(strategy, index, [*rows, 1], [*times, 0.5])
+    assert improved == {g for g in unseen - {grid[1]} if _hamming(g, grid[1]) <= 2}
 
 
 def _needle_space() -> tuple[SearchSpace, dict[str, int]]:
