@@ -45,6 +45,10 @@ def _gp_variant(seed: int, **kw: object) -> GPStrategy:
     return GPStrategy(**kw)  # type: ignore[arg-type]
 
 
+#: The ``gp-ts`` family (alignment features, Thompson draws); variants vary its schedule.
+_gp_ts_variant = functools.partial(_gp_variant, alignment=True, acquisition="thompson")
+
+
 def _tpe_variant(seed: int, **kw: object) -> OptunaStrategy:
     import optuna
 
@@ -98,12 +102,8 @@ VARIANTS = {
     "gp-tr-align-s15": functools.partial(_gp_variant, alignment=True, stall=15),
     "gp-tr-align-ts": functools.partial(_gp_variant, alignment=True, acquisition="thompson"),
     "gp-tr-align-init10": functools.partial(_gp_variant, alignment=True, n_init=10),
-    "gp-ts-s10": functools.partial(
-        _gp_variant, alignment=True, acquisition="thompson", stall=10
-    ),
-    "gp-ts-s25": functools.partial(
-        _gp_variant, alignment=True, acquisition="thompson", stall=25
-    ),
+    "gp-ts-s10": functools.partial(_gp_ts_variant, stall=10),
+    "gp-ts-s25": functools.partial(_gp_ts_variant, stall=25),
     "gp-tr-ts": functools.partial(_gp_variant, acquisition="thompson"),
     "gp-align": functools.partial(_gp_variant, radius=None, alignment=True),
     "gp-tr-r3-align": functools.partial(_gp_variant, radius=3, alignment=True),
@@ -114,21 +114,11 @@ VARIANTS = {
     "tpe-indep": functools.partial(_tpe_variant, multivariate=False),
     "tpe-group": functools.partial(_tpe_variant, multivariate=True, group=True),
     "tpe-startup20": functools.partial(_tpe_variant, multivariate=True, n_startup_trials=20),
-    "gp-ts-s15": functools.partial(
-        _gp_variant, alignment=True, acquisition="thompson", stall=15
-    ),
-    "gp-ts-lines-s30": functools.partial(
-        _gp_variant, alignment=True, acquisition="thompson", lines_after=16, stall=30
-    ),
-    "gp-ts-lines-e3": functools.partial(
-        _gp_variant, alignment=True, acquisition="thompson", lines_after=16, elites=3, stall=40
-    ),
-    "gp-ts-lines-e8": functools.partial(
-        _gp_variant, alignment=True, acquisition="thompson", lines_after=16, elites=8, stall=40
-    ),
-    "gp-ts-lines-10": functools.partial(
-        _gp_variant, alignment=True, acquisition="thompson", lines_after=10, stall=30
-    ),
+    "gp-ts-s15": functools.partial(_gp_ts_variant, stall=15),
+    "gp-ts-lines-s30": functools.partial(_gp_ts_variant, lines_after=16, stall=30),
+    "gp-ts-lines-e3": functools.partial(_gp_ts_variant, lines_after=16, elites=3, stall=40),
+    "gp-ts-lines-e8": functools.partial(_gp_ts_variant, lines_after=16, elites=8, stall=40),
+    "gp-ts-lines-10": functools.partial(_gp_ts_variant, lines_after=10, stall=30),
 }
 
 #: Synthetic spaces: (roughness, fail fraction) cycled over seeds.
