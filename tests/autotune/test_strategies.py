@@ -23,11 +23,14 @@ def test_auto_is_the_thompson_trust_region_with_alignment_lines_and_escapes() ->
     assert strategy.name == "gp-tr-ts" and strategy.radius == 2
     assert (strategy.acquisition, strategy.alignment) == ("thompson", True)
     assert (strategy.lines_after, strategy.elites, strategy.stall) == (16, 5, 40)
+    assert strategy.failures == "ignore"
     assert set(STRATEGIES) >= {"auto", "gp-ts", "tpe+gp-tr", "gp-tr", "gp", "tpe", "random"}
     with pytest.raises(ValueError, match="acquisition must be 'ei' or 'thompson'"):
         GPStrategy(acquisition="ucb")
     with pytest.raises(ValueError, match="elites must be >= 1, got 0"):
         GPStrategy(elites=0)
+    with pytest.raises(ValueError, match="failures must be 'ignore' or 'worst', got 'zero'"):
+        GPStrategy(failures="zero")
 
 
 def test_alignment_feature_is_the_power_of_two_dividing_each_value() -> None:
@@ -166,3 +169,33 @@ def test_default_finds_an_aligned_optimum_of_a_rough_space(seed: int) -> None:
     assert best == optimum
     result = search(_needle, space=space, max_evals=40, sampler="auto", seed=seed)
     assert result.best_config == optimum
+
+
+@pytest.mark.parametrize("failures", ["ignore", "worst"])
+def test_failures_next_to_the_fastest_configurations_do_not_make_them_look_slow(
+    failures: str,
+) -> None:
+    # One parameter, 20 values; faster towards x = 10, where a resource limit starts:
+    # x >= 11 fails (as large tiles run out of registers). Evaluated: 0, 3, 6, 9 and
+    # three failures past the limit.
+    index = SpaceIndex(SearchSpace(params=(Param("x", tuple(range(20))),)))
+    rows = [0, 3, 6, 9, 11, 13, 16]
+    times = [16.0, 8.0, 4.0, 2.0, float("nan"), float("nan"), float("nan")]
+    history = History(rows=np.array(rows), times=np.array(times), pending=np.array([]))
+    available = np.ones(len(index), dtype=bool)
+    available[rows] = False
+    strategy = GPStrategy(radius=None, failures=failures)
+    ctx = ProposalContext(index, history, available, np.random.default_rng(0), None, None)
+    strategy.propose(ctx)
+    assert strategy._gp is not None and strategy._gp._x is not None
+    mean, _ = strategy._gp.predict(index.features())
+    if failures == "ignore":
+        # Conditioned on the four successes only: x = 10, beside the first failure,
+        # is predicted at least as fast as the best evaluated one (x = 9).
+        assert len(strategy._gp._x) == 4
+        assert mean[10] <= np.log(2.0) + 0.05
+    else:
+        # Failures enter as the slowest success: x = 10 is predicted slower than x = 9
+        # and than what ignoring them predicts there.
+        assert len(strategy._gp._x) == 7
+        assert mean[10] > np.log(2.0) + 0.3
