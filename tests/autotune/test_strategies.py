@@ -92,16 +92,21 @@ def test_stall_alternates_global_proposals_until_the_best_improves() -> None:
     assert strategy._escaping(_history([2.0, nan, nan, nan]))
 
 
-def _candidates(
-    strategy: GPStrategy, index: SpaceIndex, rows: list[int], times: list[float]
-) -> set[tuple[int, ...]]:
-    """The configurations (as grid tuples) ``strategy`` would choose among next."""
+def _context(index: SpaceIndex, rows: list[int], times: list[float]) -> ProposalContext:
+    """A proposal after evaluating ``rows`` (times; NaN: failed), nothing pending."""
     history = History(
         rows=np.array(rows), times=np.array(times, dtype=float), pending=np.array([])
     )
     available = np.ones(len(index), dtype=bool)
     available[rows] = False
-    ctx = ProposalContext(index, history, available, np.random.default_rng(0), None, None)
+    return ProposalContext(index, history, available, np.random.default_rng(0), None, None)
+
+
+def _candidates(
+    strategy: GPStrategy, index: SpaceIndex, rows: list[int], times: list[float]
+) -> set[tuple[int, ...]]:
+    """The configurations (as grid tuples) ``strategy`` would choose among next."""
+    ctx = _context(index, rows, times)
     return {tuple(index.grid[r]) for r in strategy._candidates(ctx)}
 
 
@@ -181,12 +186,8 @@ def test_failures_next_to_the_fastest_configurations_do_not_make_them_look_slow(
     index = SpaceIndex(SearchSpace(params=(Param("x", tuple(range(20))),)))
     rows = [0, 3, 6, 9, 11, 13, 16]
     times = [16.0, 8.0, 4.0, 2.0, float("nan"), float("nan"), float("nan")]
-    history = History(rows=np.array(rows), times=np.array(times), pending=np.array([]))
-    available = np.ones(len(index), dtype=bool)
-    available[rows] = False
     strategy = GPStrategy(radius=None, failures=failures)
-    ctx = ProposalContext(index, history, available, np.random.default_rng(0), None, None)
-    strategy.propose(ctx)
+    strategy.propose(_context(index, rows, times))
     assert strategy._gp is not None and strategy._gp._x is not None
     mean, _ = strategy._gp.predict(index.features())
     if failures == "ignore":
@@ -195,7 +196,7 @@ def test_failures_next_to_the_fastest_configurations_do_not_make_them_look_slow(
         assert len(strategy._gp._x) == 4
         assert mean[10] <= np.log(2.0) + 0.05
     else:
-        # Failures enter as the slowest success: x = 10 is predicted slower than x = 9
-        # and than what ignoring them predicts there.
+        # Failures enter as the slowest success: x = 10 is predicted slower than x = 9,
+        # by more than 0.3 in log-time.
         assert len(strategy._gp._x) == 7
         assert mean[10] > np.log(2.0) + 0.3
