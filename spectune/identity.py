@@ -1,8 +1,16 @@
 """Device and software identity: computed here, used by the tuner, the database and the plugin.
 
-The dataclasses are pure Python so ``spectune.db`` can key rows with them; the
-``detect_*`` functions import torch and triton lazily and never create a GPU context
-at import time.
+This is the one place that names devices: the backend of a torch device, the torch
+device of a backend, and a GPU's name as vLLM spells it. The dataclasses are pure
+Python so ``spectune.db`` can key rows with them; the ``detect_*`` functions import
+torch and triton lazily and never create a GPU context at import time.
+
+Device names follow vLLM 0.32 (``current_platform.get_device_name()`` with spaces as
+underscores, as in vLLM's tuned-config file names): on ROCm, vLLM names a GPU by its
+PCI device id where it knows the id (so an MI300X's virtual function is
+``AMD_Instinct_MI300X`` too), else by its marketing name; on CUDA by the driver's name.
+``spectune sweep`` and the vLLM plugin both name devices here, so a row tuned on a GPU
+is found by the plugin on the same GPU.
 """
 
 from __future__ import annotations
@@ -14,13 +22,40 @@ from dataclasses import asdict, dataclass
 from functools import lru_cache
 
 __all__ = [
+    "CPU_BACKEND",
+    "ROCM_DEVICE_NAMES",
     "DeviceIdentity",
     "SoftwareIdentity",
+    "backend_of",
     "detect_device",
     "detect_software",
     "source_hash",
+    "torch_device",
     "use_interpreter",
+    "vllm_device_name",
 ]
+
+#: The backend of Triton's interpreter running kernels on CPU tensors.
+CPU_BACKEND = "cpu-interpreter"
+
+#: ROCm PCI device id -> device name, as vLLM 0.32 names these GPUs
+#: (``vllm/platforms/rocm.py``; a test compares this table with the installed vLLM's).
+#: Virtual functions carry the name of their physical GPU.
+ROCM_DEVICE_NAMES: dict[int, str] = {
+    0x74A0: "AMD_Instinct_MI300A",
+    0x74A1: "AMD_Instinct_MI300X",
+    0x74B5: "AMD_Instinct_MI300X",  # virtual function
+    0x74A2: "AMD_Instinct_MI308X",
+    0x74A5: "AMD_Instinct_MI325X",
+    0x74B9: "AMD_Instinct_MI325X",  # virtual function
+    0x74A9: "AMD_Instinct_MI300X_HF",
+    0x74BD: "AMD_Instinct_MI300X_HF",
+    0x744C: "AMD_Radeon_RX7900XTX",
+    0x150E: "AMD_Radeon_890M",
+    0x1586: "AMD_Radeon_8060S",
+    0x7550: "AMD_Radeon_RX9070XT",
+    0x7551: "AMD_Radeon_R9700",
+}
 
 
 @dataclass(frozen=True)
@@ -71,9 +106,40 @@ def use_interpreter() -> bool:
     return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 
 
-def vllm_device_name(name: str) -> str:
-    """Device name as vLLM spells it in tuned-config file names."""
+def vllm_device_name(name: str, *, pci_device_id: int | None = None, hip: bool = False) -> str:
+    """A GPU's name as vLLM 0.32 spells it in tuned-config file names.
+
+    Args:
+        name: The name the driver reports (``torch.cuda.get_device_name``).
+        pci_device_id: The PCI device id, when known.
+        hip: Whether the GPU is an AMD GPU under ROCm (named by PCI id where vLLM knows
+            it, see :data:`ROCM_DEVICE_NAMES`).
+    """
+    if hip and pci_device_id is not None and pci_device_id in ROCM_DEVICE_NAMES:
+        return ROCM_DEVICE_NAMES[pci_device_id]
     return name.strip().replace(" ", "_")
+
+
+def backend_of(device: object) -> str:
+    """The backend kernels run on for a torch device (or device type string).
+
+    ``cpu`` tensors run under Triton's interpreter (:data:`CPU_BACKEND`); GPU tensors on
+    ``hip`` or ``cuda``, whichever this torch build targets.
+    """
+    device_type = device if isinstance(device, str) else getattr(device, "type", None)
+    if device_type == "cpu":
+        return CPU_BACKEND
+    import torch
+
+    return "hip" if torch.version.hip is not None else "cuda"
+
+
+def torch_device(backend: str) -> str:
+    """The torch device type whose tensors a backend's kernels run on (``cpu``, ``cuda``).
+
+    ROCm builds of torch name AMD GPUs ``cuda`` too.
+    """
+    return "cpu" if backend == CPU_BACKEND else "cuda"
 
 
 def detect_device(index: int | None = None) -> DeviceIdentity:
@@ -96,7 +162,7 @@ def detect_device(index: int | None = None) -> DeviceIdentity:
 @lru_cache(maxsize=1)
 def _cpu_identity() -> DeviceIdentity:
     return DeviceIdentity(
-        backend="cpu-interpreter",
+        backend=CPU_BACKEND,
         arch=platform.machine() or "unknown",
         device_name="cpu",
         cu_count=os.cpu_count() or 1,
@@ -116,10 +182,15 @@ def _gpu_identity(index: int) -> DeviceIdentity:
     else:
         arch = f"sm_{props.major}{props.minor}"
         default_warp = 32
+    pci_device_id = getattr(props, "pci_device_id", None)
     return DeviceIdentity(
         backend="hip" if is_hip else "cuda",
         arch=arch,
-        device_name=vllm_device_name(props.name),
+        device_name=vllm_device_name(
+            props.name,
+            pci_device_id=pci_device_id if isinstance(pci_device_id, int) else None,
+            hip=is_hip,
+        ),
         cu_count=int(props.multi_processor_count),
         warp_size=int(getattr(props, "warp_size", default_warp)),
     )

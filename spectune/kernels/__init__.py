@@ -4,6 +4,8 @@ Public API:
     rejection_sample: verify drafts (greedy and rejection sampling), vLLM 0.32 semantics.
     rejection_sample_reference: the plain PyTorch reference.
     FAMILIES: every registered kernel family, by name (what the tuner sees).
+    family_hashes, family_space: the installed families as the database checks rows
+        against them (source hashes; search space of a family on a backend).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from spectune.kernels.rejection import (
     rejection_sample,
     rejection_sample_reference,
 )
+from spectune.space import SearchSpace
 
 __all__ = [
     "FAMILIES",
@@ -28,6 +31,8 @@ __all__ = [
     "RejectionInputs",
     "decision_margins_agree",
     "draw_random_inputs",
+    "family_hashes",
+    "family_space",
     "get_family",
     "rejection_sample",
     "rejection_sample_reference",
@@ -49,3 +54,17 @@ def get_family(name: str) -> KernelFamily:
         return FAMILIES[name]
     except KeyError:
         raise ValueError(f"unknown kernel family {name!r}; known: {sorted(FAMILIES)}") from None
+
+
+def family_hashes() -> dict[str, str]:
+    """Source hash of every registered kernel family, by name (what tuned rows must match)."""
+    return {name: family.source_hash for name, family in FAMILIES.items()}
+
+
+def family_space(kernel: str, backend: str) -> SearchSpace | None:
+    """The declared search space of ``kernel`` on ``backend``; ``None`` for an unknown family.
+
+    The signature of the ``(kernel, backend) -> space`` lookups :mod:`spectune.db` takes.
+    """
+    family = FAMILIES.get(kernel)
+    return None if family is None else family.search_space(backend)
