@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
-import os
 import statistics
 import sys
 import time
@@ -36,9 +35,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _vllm_sequence import vllm_sequence
 
-from spectune.identity import detect_device
-from spectune.kernels import FAMILIES, rejection_sample
-from spectune.space import Problem
+from spectune.identity import CPU_BACKEND, detect_device, torch_device
+from spectune.kernels import get_family, rejection_sample
+from spectune.space import DTYPES, Problem
 
 FULL = {"batch": (1, 8, 64), "k": (1, 2, 4, 8), "vocab": (32000, 128256, 151936)}
 QUICK = {"batch": (1, 2), "k": (1, 2), "vocab": (1000,)}
@@ -75,7 +74,7 @@ def measure(
     device: torch.device, backend: str, bandwidth: float, gpu: bool,
 ) -> dict[str, object]:
     """Time the three variants on one shape."""
-    family = FAMILIES["rejection_sample"]
+    family = get_family("rejection_sample")
     problem = Problem(spec_len=k, batch=batch, vocab=vocab, dtype=dtype,
                       draft_probs=mode == "random")
     inputs = family.make_inputs(problem, seed=0, device=device)
@@ -126,9 +125,9 @@ def measure(
 
 
 def run(args: argparse.Namespace) -> list[dict[str, object]]:
-    gpu = torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET", "0") in ("", "0")
-    device = torch.device("cuda" if gpu else "cpu")
     identity = detect_device()
+    gpu = identity.backend != CPU_BACKEND
+    device = torch.device(torch_device(identity.backend))
     grid = QUICK if args.quick else FULL
     bandwidth = copy_bandwidth(device, gpu=gpu)
     given = json.loads(args.config) if args.config else None
@@ -160,7 +159,7 @@ def run(args: argparse.Namespace) -> list[dict[str, object]]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="tiny shapes (CPU smoke run)")
-    parser.add_argument("--dtype", default="bfloat16", choices=("float32", "bfloat16", "float16"))
+    parser.add_argument("--dtype", default="bfloat16", choices=DTYPES)
     parser.add_argument("--config", help="a launch config (JSON) to time beside the default")
     parser.add_argument("--json", type=Path, help="write the records here")
     args = parser.parse_args()

@@ -8,6 +8,8 @@ import click
 from rich.console import Console
 from rich.table import Table
 
+from spectune.space import DTYPES
+
 __all__ = ["demo"]
 
 
@@ -15,8 +17,7 @@ __all__ = ["demo"]
 @click.option("--batch", default=6, show_default=True, help="Requests.")
 @click.option("--spec-len", "k", default=4, show_default=True, help="Drafts per request (k).")
 @click.option("--vocab", default=32000, show_default=True, help="Vocabulary size.")
-@click.option("--dtype", default="bfloat16", show_default=True,
-              type=click.Choice(["float32", "bfloat16", "float16"]))
+@click.option("--dtype", default="bfloat16", show_default=True, type=click.Choice(DTYPES))
 @click.option("--seed", default=0, show_default=True)
 def demo(batch: int, k: int, vocab: int, dtype: str, seed: int) -> None:
     """Verify one realistic batch of drafts with spectune's kernels and the reference.
@@ -28,15 +29,15 @@ def demo(batch: int, k: int, vocab: int, dtype: str, seed: int) -> None:
 
     import torch
 
-    from spectune.identity import detect_device
-    from spectune.kernels import FAMILIES, decision_margins_agree
+    from spectune.identity import detect_device, torch_device
+    from spectune.kernels import decision_margins_agree, get_family
     from spectune.space import Problem
 
     console = Console()
-    family = FAMILIES["rejection_sample"]
+    family = get_family("rejection_sample")
     identity = detect_device()
     problem = Problem(spec_len=k, batch=batch, vocab=vocab, dtype=dtype)
-    device = "cuda" if identity.backend in ("cuda", "hip") else "cpu"
+    device = torch_device(identity.backend)
     inputs = family.make_inputs(problem, seed=seed, device=device)
     greedy = torch.arange(batch, device=device) % 2 == 0
 

@@ -1,8 +1,17 @@
-"""Triton kernels for speculative-decoding verification, one module per kernel family.
+"""Triton kernels for speculative-decoding verification, and the registry of their families.
+
+A kernel family is a few modules named after it: ``<family>.py`` holds the Triton
+kernels and their launcher (with ``<family>_constants.py``, the numbers kernels and host
+code share: together, what the family's source hash covers); ``<family>_space.py`` the
+search space and default config; ``<family>_inputs.py`` and ``<family>_reference.py``
+the inputs, their generator and the PyTorch reference; ``<family>_family.py`` the
+:class:`KernelFamily` adapter, registered in :data:`FAMILIES` below by one line.
 
 Public API:
     rejection_sample: verify drafts (greedy and rejection sampling), vLLM 0.32 semantics.
     rejection_sample_reference: the plain PyTorch reference.
+    RejectionInputs: one launch's arguments (what the tuner and the vLLM router build).
+    MAX_VOCAB, LOGITS_DTYPES: the vocabularies and logits dtypes the kernels support.
     FAMILIES: every registered kernel family, by name (what the tuner sees).
     family_hashes, family_space: the installed families as the database checks rows
         against them (source hashes; search space of a family on a backend).
@@ -11,20 +20,23 @@ Public API:
 from __future__ import annotations
 
 from spectune.kernels._family import KernelFamily
-from spectune.kernels.rejection import FAMILY as _REJECTION
-from spectune.kernels.rejection import (
+from spectune.kernels._tensors import LOGITS_DTYPES
+from spectune.kernels.rejection import rejection_sample
+from spectune.kernels.rejection_constants import MAX_VOCAB
+from spectune.kernels.rejection_family import FAMILY as _REJECTION
+from spectune.kernels.rejection_inputs import RejectionInputs, draw_random_inputs
+from spectune.kernels.rejection_reference import (
     NEAR_TIE_RTOL,
     ReferenceResult,
-    RejectionInputs,
     decision_margins_agree,
-    draw_random_inputs,
-    rejection_sample,
     rejection_sample_reference,
 )
 from spectune.space import SearchSpace
 
 __all__ = [
     "FAMILIES",
+    "LOGITS_DTYPES",
+    "MAX_VOCAB",
     "NEAR_TIE_RTOL",
     "KernelFamily",
     "ReferenceResult",
@@ -38,7 +50,7 @@ __all__ = [
     "rejection_sample_reference",
 ]
 
-#: Registered kernel families. Adding one is a new module and one line here.
+#: Registered kernel families. Adding one is its modules and one line here.
 FAMILIES: dict[str, KernelFamily] = {
     _REJECTION.name: _REJECTION,
 }

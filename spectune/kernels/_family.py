@@ -12,11 +12,13 @@ __all__ = ["KernelFamily"]
 
 @runtime_checkable
 class KernelFamily(Protocol):
-    """What autotune needs of a kernel family, and nothing else.
+    """What the tuner, the database and the vLLM plugin need of a kernel family.
 
     Attributes:
         name: Registry name, part of every tuned row's identity.
-        source_hash: Hash of the family's source, part of every tuned row's identity.
+        source_hash: Hash of the code that decides the family's results and timings (its
+            kernels and launcher, see :func:`spectune.kernels._code_hash.code_hash`),
+            part of every tuned row's identity.
     """
 
     name: str
@@ -28,6 +30,10 @@ class KernelFamily(Protocol):
 
     def default_config(self, problem: Problem, backend: str) -> dict[str, int]:
         """Deterministic config used when nothing is tuned."""
+        ...
+
+    def problem_of(self, inputs: Any) -> Problem:
+        """The problem a set of inputs belongs to (the shape its tuned config is for)."""
         ...
 
     def make_inputs(self, problem: Problem, *, seed: int, device: Any = "cpu") -> Any:

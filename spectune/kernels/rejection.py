@@ -16,7 +16,7 @@ never writes the softmaxed ``[N, V]`` probabilities:
 Exactness by construction, whatever the launch configuration:
 
 * the max and argmax are exact (first index on ties);
-* the softmax denominator is accumulated in 42-bit fixed point in ``int64``, so its
+* the softmax denominator is accumulated in fixed point in ``int64``, so its
   value does not depend on how the vocabulary is tiled or split (integer addition is
   associative); hence the probabilities, the acceptance test and the recovered
   token are bit-identical for every config;
@@ -26,12 +26,16 @@ Exactness by construction, whatever the launch configuration:
 
 Against vLLM (torch's float32 softmax) our probabilities differ by a few ulps, so a
 decision can differ only where rounding decides a near-tie; see
-:func:`decision_margins` and :data:`NEAR_TIE_RTOL`.
+:mod:`spectune.kernels.rejection_reference`.
+
+This module holds what decides the family's tokens and timings, and nothing else: the
+kernels, their launcher and its input checks. With the numbers the kernels share with
+host code (:mod:`spectune.kernels.rejection_constants`) it makes the family's source
+hash, so the reference, the input generator and the search space live elsewhere.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -40,40 +44,27 @@ import torch
 import triton
 import triton.language as tl
 
-from spectune.kernels._philox import philox
-from spectune.space import Constraint, Param, Problem, SearchSpace
+from spectune.identity import backend_of
+from spectune.kernels._tensors import INDEX_DTYPES, LOGITS_DTYPES, require_tensor
+from spectune.kernels.rejection_constants import (
+    COIN_HIGH_SHIFT,
+    COIN_LOW_SHIFT,
+    COIN_SCALE,
+    COIN_STREAM,
+    EXPONENTIAL_FLOOR,
+    EXPONENTIAL_SCALE,
+    EXPONENTIAL_SHIFT,
+    EXPONENTIAL_STREAM,
+    FIXED_POINT_BITS,
+    MAX_VOCAB,
+    PLACEHOLDER_TOKEN_ID,
+)
+from spectune.kernels.rejection_space import default_config, problem_for, search_space
 
-__all__ = [
-    "FAMILY",
-    "FIXED_POINT_BITS",
-    "MAX_VOCAB",
-    "NEAR_TIE_RTOL",
-    "PLACEHOLDER_TOKEN_ID",
-    "ReferenceResult",
-    "RejectionInputs",
-    "RejectionSampleFamily",
-    "decision_margins_agree",
-    "default_config",
-    "draw_random_inputs",
-    "rejection_sample",
-    "rejection_sample_reference",
-    "search_space",
-]
-
-PLACEHOLDER_TOKEN_ID = -1
-#: Fractional bits of the fixed-point softmax denominator.
-FIXED_POINT_BITS = 42
-#: Largest vocabulary the fixed-point denominator cannot overflow: V * 2**42 < 2**63.
-MAX_VOCAB = 2**21 - 1
-#: Relative margin under which a decision counts as a near-tie that float rounding of
-#: the softmax may decide either way (ours: fixed-point sum, torch: float32 tree sum).
-NEAR_TIE_RTOL = 1e-5
+__all__ = ["rejection_sample"]
 
 # The chain walk touches k + 1 scalars per request: one warp is plenty, on any GPU.
 _FINALIZE_NUM_WARPS = 1
-
-_LOGITS_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
-_INDEX_DTYPES = (torch.int32, torch.int64)
 
 
 # --------------------------------------------------------------------------------------
@@ -131,25 +122,22 @@ def _inv_denominator(sum_fixed, FRAC: tl.constexpr):
 
 @triton.jit
 def _uniform_coin(seed, pos):
-    """A float64 uniform in (0, 1) from Philox(seed; pos, stream 1): 52 random bits."""
+    """A float64 uniform in (0, 1) from Philox(seed; pos, COIN_STREAM): 52 random bits."""
     c0 = pos.to(tl.uint32)
     z = c0 * 0
-    a, b, _, _ = tl.philox(seed, c0, z + 1, z, z)
-    bits = (a.to(tl.uint64) << 20) | (b >> 12).to(tl.uint64)
-    return (bits.to(tl.float64) + 0.5) * (1.0 / 4503599627370496.0)
+    a, b, _, _ = tl.philox(seed, c0, z + COIN_STREAM, z, z)
+    bits = (a.to(tl.uint64) << COIN_HIGH_SHIFT) | (b >> COIN_LOW_SHIFT).to(tl.uint64)
+    return (bits.to(tl.float64) + 0.5) * COIN_SCALE
 
 
 @triton.jit
 def _inv_exponential(seed, idx):
-    """1 / Exp(1) draws, float32, from Philox(seed; vocab index, stream 0)."""
+    """1 / Exp(1) draws, float32, from Philox(seed; vocab index, EXPONENTIAL_STREAM)."""
     c0 = idx.to(tl.uint32)
     z = c0 * 0
-    a, _, _, _ = tl.philox(seed, c0, z, z, z)
-    # 23 bits plus one half: strictly inside (0, 1) and exact in float32.
-    u = ((a >> 9).to(tl.float32) + 0.5) * (1.0 / 8388608.0)
-    # An approximate log may round -log(u) to 0 for u next to 1: clamp to the smallest
-    # normal so 0 * inv_q stays 0 (the draw keeps its meaning: a near-zero exponential).
-    q = tl.maximum(-tl.log(u), 1.1754943508222875e-38)
+    a, _, _, _ = tl.philox(seed, c0, z + EXPONENTIAL_STREAM, z, z)
+    u = ((a >> EXPONENTIAL_SHIFT).to(tl.float32) + 0.5) * EXPONENTIAL_SCALE
+    q = tl.maximum(-tl.log(u), EXPONENTIAL_FLOOR)
     return 1.0 / q
 
 
@@ -337,7 +325,7 @@ def _finalize_kernel(
     SPLITS: tl.constexpr, BLOCK_S: tl.constexpr, BLOCK_K: tl.constexpr,
     ALL_GREEDY: tl.constexpr,
 ):
-    """One program per request: walk the chain, emit tokens, -1 after the first rejection."""
+    """One program per request: walk the chain, emit tokens, placeholders after a rejection."""
     req = tl.program_id(0).to(tl.int64)
     start = tl.load(cu_ptr + req - 1, mask=req > 0, other=0).to(tl.int64)
     end = tl.load(cu_ptr + req).to(tl.int64)
@@ -347,7 +335,7 @@ def _finalize_kernel(
     else:
         greedy = tl.load(greedy_ptr + req) != 0
     offs = tl.arange(0, BLOCK_K)
-    tokens = tl.full((BLOCK_K,), -1, tl.int32)
+    tokens = tl.full((BLOCK_K,), PLACEHOLDER_TOKEN_ID, tl.int32)
     rejected = False
     for pos in range(n):
         if not rejected:
@@ -368,60 +356,6 @@ def _finalize_kernel(
         bonus = tl.load(bonus_ptr + req).to(tl.int32)
         tokens = tl.where(offs == n, bonus, tokens)
     tl.store(out_ptr + req * (max_spec_len + 1) + offs, tokens, mask=offs <= max_spec_len)
-
-
-# --------------------------------------------------------------------------------------
-# Search space and defaults
-# --------------------------------------------------------------------------------------
-
-SEARCH_SPACE = SearchSpace(
-    params=(
-        Param("BLOCK_V", (256, 512, 1024, 2048, 4096, 8192, 16384), power_of_two=True,
-              doc="vocab tile one program loads per step"),
-        Param("SPLITS", (1, 2, 4, 8, 16, 32, 64), power_of_two=True,
-              doc="programs one vocab row is split across (second-stage reduction)"),
-        Param("num_warps", (1, 2, 4, 8, 16), power_of_two=True, doc="warps per program"),
-        Param("num_stages", (1, 2, 3, 4), doc="software-pipelining depth of the tile loop"),
-        Param("waves_per_eu", (0, 1, 2, 3, 4), backends=("hip",),
-              doc="AMD occupancy hint: waves per execution unit (0 = compiler's choice)"),
-    ),
-    constraints=(
-        Constraint(
-            "BLOCK_V >= 64 * num_warps: every lane of a 64-wide wavefront holds an element",
-            lambda c: c["BLOCK_V"] >= 64 * c["num_warps"],
-        ),
-    ),
-)
-
-# Defaults: vLLM's tile and warps, with enough splits that about this many programs
-# stream the vocabulary (a few per compute unit on a 100-300 CU GPU).
-_DEFAULT_BLOCK_V = 8192
-_DEFAULT_NUM_WARPS = 4
-_DEFAULT_NUM_STAGES = 2
-_DEFAULT_TARGET_PROGRAMS = 512
-
-
-def search_space(backend: str) -> SearchSpace:
-    """The declared launch space on ``backend`` (``waves_per_eu`` only on HIP)."""
-    return SEARCH_SPACE.for_backend(backend)
-
-
-def default_config(problem: Problem, backend: str) -> dict[str, int]:
-    """Deterministic config used when nothing is tuned for ``problem``."""
-    rows = problem.spec_len * problem.batch
-    tiles = triton.cdiv(problem.vocab, _DEFAULT_BLOCK_V)
-    want = max(1, triton.cdiv(_DEFAULT_TARGET_PROGRAMS, rows))
-    splits_values = SEARCH_SPACE.param("SPLITS").values
-    splits = max(s for s in splits_values if s <= min(want, tiles) or s == splits_values[0])
-    config = {
-        "BLOCK_V": _DEFAULT_BLOCK_V,
-        "SPLITS": splits,
-        "num_warps": _DEFAULT_NUM_WARPS,
-        "num_stages": _DEFAULT_NUM_STAGES,
-    }
-    if backend == "hip":
-        config["waves_per_eu"] = 0
-    return search_space(backend).validate(config)
 
 
 # --------------------------------------------------------------------------------------
@@ -463,14 +397,17 @@ def rejection_sample(
         inv_q: ``[B, V]`` float32/float64 reciprocals of Exp(1) draws (random requests).
         seeds: ``[B]`` int64; instead of ``uniform_probs``/``inv_q`` the kernels draw
             their own (Philox), the same for a seed on any configuration.
-        config: Launch configuration (see :func:`search_space`); ``None`` uses
-            :func:`default_config`.
+        config: Launch configuration (see
+            :func:`~spectune.kernels.rejection_space.search_space`); ``None`` uses the
+            default config of the launch's problem
+            (:func:`~spectune.kernels.rejection_space.default_config`).
         validate: Check values that need the tensors' contents (monotonic
             ``cu_num_draft_tokens``, draft counts) as well as shapes and dtypes. Callers
             that guarantee them (the vLLM hook) pass ``False`` to avoid a device sync.
 
     Returns:
-        ``[B, max_spec_len + 1]`` int32 tokens; ``-1`` where nothing was emitted.
+        ``[B, max_spec_len + 1]`` int32 tokens; ``PLACEHOLDER_TOKEN_ID`` (-1) where
+        nothing was emitted.
 
     Raises:
         ValueError: naming the offending argument, before any launch.
@@ -482,11 +419,10 @@ def rejection_sample(
     )
     n_rows, vocab = target_logits.shape
     batch = cu_num_draft_tokens.shape[0]
-    backend = _backend_of(target_logits.device)
+    backend = backend_of(target_logits.device)
     if config is None:
-        problem = Problem(
-            spec_len=max(max_spec_len, 1), batch=max(batch, 1), vocab=vocab,
-            dtype=str(target_logits.dtype).removeprefix("torch."),
+        problem = problem_for(
+            max_spec_len=max_spec_len, batch=batch, vocab=vocab, dtype=target_logits.dtype,
             draft_probs=draft_probs is not None,
         )
         config = default_config(problem, backend)
@@ -594,12 +530,6 @@ def _launch(
     return out
 
 
-def _backend_of(device: torch.device) -> str:
-    if device.type == "cpu":
-        return "cpu-interpreter"
-    return "hip" if torch.version.hip is not None else "cuda"
-
-
 # --------------------------------------------------------------------------------------
 # Input validation
 # --------------------------------------------------------------------------------------
@@ -619,41 +549,41 @@ def _check_inputs(
     seeds: torch.Tensor | None,
     validate: bool,
 ) -> _Args:
-    _require_tensor("target_logits", target_logits, ndim=2, dtypes=_LOGITS_DTYPES)
+    require_tensor("target_logits", target_logits, ndim=2, dtypes=LOGITS_DTYPES)
     n_rows, vocab = target_logits.shape
-    device = target_logits.device
+    on = ("target_logits", target_logits.device)
     if vocab < 1:
         raise ValueError("target_logits: vocab size (dim 1) must be at least 1")
     if vocab > MAX_VOCAB:
         raise ValueError(f"target_logits: vocab size {vocab} exceeds the supported {MAX_VOCAB}")
     if isinstance(max_spec_len, bool) or not isinstance(max_spec_len, int) or max_spec_len < 0:
         raise ValueError(f"max_spec_len must be a non-negative int, got {max_spec_len!r}")
-    _require_tensor("draft_token_ids", draft_token_ids, ndim=1, dtypes=_INDEX_DTYPES,
-                    device=device, shape=(n_rows,))
-    _require_tensor("cu_num_draft_tokens", cu_num_draft_tokens, ndim=1, dtypes=_INDEX_DTYPES,
-                    device=device)
+    require_tensor("draft_token_ids", draft_token_ids, ndim=1, dtypes=INDEX_DTYPES,
+                   same_device_as=on, shape=(n_rows,))
+    require_tensor("cu_num_draft_tokens", cu_num_draft_tokens, ndim=1, dtypes=INDEX_DTYPES,
+                   same_device_as=on)
     batch = cu_num_draft_tokens.shape[0]
-    _require_tensor("bonus_token_ids", bonus_token_ids, dtypes=_INDEX_DTYPES, device=device)
+    require_tensor("bonus_token_ids", bonus_token_ids, dtypes=INDEX_DTYPES, same_device_as=on)
     if tuple(bonus_token_ids.shape) not in ((batch,), (batch, 1)):
         raise ValueError(
             f"bonus_token_ids must have shape [{batch}] or [{batch}, 1], "
             f"got {list(bonus_token_ids.shape)}"
         )
     if draft_probs is not None:
-        _require_tensor("draft_probs", draft_probs, ndim=2, dtypes=(torch.float32,),
-                        device=device, shape=(n_rows, vocab))
+        require_tensor("draft_probs", draft_probs, ndim=2, dtypes=(torch.float32,),
+                       same_device_as=on, shape=(n_rows, vocab))
     if is_greedy is not None:
-        _require_tensor("is_greedy", is_greedy, ndim=1, dtypes=(torch.bool,), device=device,
-                        shape=(batch,))
+        require_tensor("is_greedy", is_greedy, ndim=1, dtypes=(torch.bool,), same_device_as=on,
+                       shape=(batch,))
     if uniform_probs is not None:
-        _require_tensor("uniform_probs", uniform_probs, ndim=1,
-                        dtypes=(torch.float64, torch.float32), device=device, shape=(n_rows,))
+        require_tensor("uniform_probs", uniform_probs, ndim=1,
+                       dtypes=(torch.float64, torch.float32), same_device_as=on, shape=(n_rows,))
     if inv_q is not None:
-        _require_tensor("inv_q", inv_q, ndim=2, dtypes=(torch.float32, torch.float64),
-                        device=device, shape=(batch, vocab))
+        require_tensor("inv_q", inv_q, ndim=2, dtypes=(torch.float32, torch.float64),
+                       same_device_as=on, shape=(batch, vocab))
     if seeds is not None:
-        _require_tensor("seeds", seeds, ndim=1, dtypes=(torch.int64,), device=device,
-                        shape=(batch,))
+        require_tensor("seeds", seeds, ndim=1, dtypes=(torch.int64,), same_device_as=on,
+                       shape=(batch,))
         if uniform_probs is not None or inv_q is not None:
             raise ValueError("seeds: pass either seeds or uniform_probs/inv_q, not both")
     has_random_inputs = seeds is not None or (uniform_probs is not None and inv_q is not None)
@@ -698,314 +628,3 @@ def _check_inputs(
     )
 
 
-def _require_tensor(
-    name: str,
-    value: object,
-    *,
-    ndim: int | None = None,
-    dtypes: tuple[torch.dtype, ...],
-    device: torch.device | None = None,
-    shape: tuple[int, ...] | None = None,
-) -> None:
-    if not isinstance(value, torch.Tensor):
-        raise ValueError(f"{name} must be a torch.Tensor, got {type(value).__name__}")
-    if ndim is not None and value.ndim != ndim:
-        raise ValueError(f"{name} must be {ndim}-D, got shape {list(value.shape)}")
-    if value.dtype not in dtypes:
-        allowed = ", ".join(str(d).removeprefix("torch.") for d in dtypes)
-        raise ValueError(f"{name} must have dtype {allowed}; got {value.dtype}")
-    if device is not None and value.device != device:
-        raise ValueError(f"{name} is on {value.device}, target_logits on {device}")
-    if shape is not None and tuple(value.shape) != shape:
-        raise ValueError(f"{name} must have shape {list(shape)}, got {list(value.shape)}")
-    if not value.is_contiguous():
-        raise ValueError(f"{name} must be contiguous")
-
-
-# --------------------------------------------------------------------------------------
-# Host-side random streams (the same numbers the kernels draw with ``seeds``)
-# --------------------------------------------------------------------------------------
-
-def draw_random_inputs(
-    seeds: torch.Tensor, cu_num_draft_tokens: torch.Tensor, *, vocab: int
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """The coins and exponentials the kernels draw for ``seeds``, computed on the host.
-
-    Args:
-        seeds: ``[B]`` int64 per-request seeds.
-        cu_num_draft_tokens: ``[B]`` inclusive cumulative draft counts.
-        vocab: Vocabulary size.
-
-    Returns:
-        ``(uniform_probs [N] float64, inv_q [B, V] float32)`` such that passing them
-        instead of ``seeds`` gives the same tokens (up to the device's ``log``).
-    """
-    seeds_list = [int(s) for s in seeds.cpu()]
-    cu = [int(c) for c in cu_num_draft_tokens.cpu()]
-    n_rows = cu[-1] if cu else 0
-    uniform = torch.empty(n_rows, dtype=torch.float64)
-    inv_q = torch.empty((len(seeds_list), vocab), dtype=torch.float32)
-    start = 0
-    vocab_idx = torch.arange(vocab, dtype=torch.int64)
-    for req, seed in enumerate(seeds_list):
-        end = cu[req]
-        if end > start:
-            a, b = philox(seed, torch.arange(end - start, dtype=torch.int64), 1)
-            bits = (a << 20) | (b >> 12)
-            uniform[start:end] = (bits.to(torch.float64) + 0.5) * (1.0 / 4503599627370496.0)
-        a, _ = philox(seed, vocab_idx, 0)
-        u = ((a >> 9).to(torch.float32) + 0.5) * (1.0 / 8388608.0)
-        q = torch.clamp(-torch.log(u), min=1.1754943508222875e-38)
-        inv_q[req] = 1.0 / q
-        start = end
-    return uniform, inv_q
-
-
-# --------------------------------------------------------------------------------------
-# PyTorch reference (written from vLLM's semantics, not from the kernels above)
-# --------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class RejectionInputs:
-    """Arguments of one :func:`rejection_sample` call, as the tuner passes them around."""
-
-    draft_token_ids: torch.Tensor
-    cu_num_draft_tokens: torch.Tensor
-    target_logits: torch.Tensor
-    bonus_token_ids: torch.Tensor
-    max_spec_len: int
-    draft_probs: torch.Tensor | None = None
-    is_greedy: torch.Tensor | None = None
-    uniform_probs: torch.Tensor | None = None
-    inv_q: torch.Tensor | None = None
-    seeds: torch.Tensor | None = None
-
-    def kwargs(self) -> dict[str, Any]:
-        return {
-            "max_spec_len": self.max_spec_len,
-            "draft_probs": self.draft_probs,
-            "is_greedy": self.is_greedy,
-            "uniform_probs": self.uniform_probs,
-            "inv_q": self.inv_q,
-            "seeds": self.seeds,
-        }
-
-    def args(self) -> tuple[torch.Tensor, ...]:
-        return (
-            self.draft_token_ids, self.cu_num_draft_tokens, self.target_logits,
-            self.bonus_token_ids,
-        )
-
-
-@dataclass(frozen=True)
-class ReferenceResult:
-    """Reference tokens and, per output position, whether rounding could flip it.
-
-    Attributes:
-        tokens: ``[B, max_spec_len + 1]`` int32, as :func:`rejection_sample` returns.
-        near_tie: ``[B, max_spec_len + 1]`` bool; True where the decision emitted at
-            that position (acceptance or recovered token) has a relative margin below
-            :data:`NEAR_TIE_RTOL`, so float rounding of the softmax may decide it.
-    """
-
-    tokens: torch.Tensor
-    near_tie: torch.Tensor
-
-
-def rejection_sample_reference(
-    draft_token_ids: torch.Tensor,
-    cu_num_draft_tokens: torch.Tensor,
-    target_logits: torch.Tensor,
-    bonus_token_ids: torch.Tensor,
-    *,
-    max_spec_len: int,
-    draft_probs: torch.Tensor | None = None,
-    is_greedy: torch.Tensor | None = None,
-    uniform_probs: torch.Tensor | None = None,
-    inv_q: torch.Tensor | None = None,
-    seeds: torch.Tensor | None = None,
-    rtol: float = NEAR_TIE_RTOL,
-) -> ReferenceResult:
-    """Plain PyTorch version of vLLM 0.32's V1 rejection sampling (GPU semantics).
-
-    Probabilities are ``torch.softmax`` in float32, as vLLM computes them. With
-    ``seeds``, the random inputs are those of :func:`draw_random_inputs`.
-    """
-    logits = target_logits.detach().cpu().float()
-    n_rows, vocab = logits.shape
-    cu = [int(c) for c in cu_num_draft_tokens.cpu()]
-    batch = len(cu)
-    drafts = draft_token_ids.cpu().to(torch.int64)
-    bonus = bonus_token_ids.cpu().reshape(batch).to(torch.int64)
-    if seeds is not None:
-        uniform_probs, inv_q = draw_random_inputs(seeds, cu_num_draft_tokens, vocab=vocab)
-    greedy = (
-        [True] * batch if is_greedy is None else [bool(g) for g in is_greedy.cpu()]
-    )
-    argmax = logits.argmax(dim=-1) if n_rows else torch.empty(0, dtype=torch.int64)
-    probs = torch.softmax(logits, dim=-1) if not all(greedy) else None
-    dprobs = draft_probs.detach().cpu().float() if draft_probs is not None else None
-    coins = uniform_probs.cpu().double() if uniform_probs is not None else None
-    inv_q_cpu = inv_q.cpu() if inv_q is not None else None
-
-    tokens = torch.full((batch, max_spec_len + 1), PLACEHOLDER_TOKEN_ID, dtype=torch.int32)
-    near = torch.zeros((batch, max_spec_len + 1), dtype=torch.bool)
-    start = 0
-    for req in range(batch):
-        end = cu[req]
-        rejected = False
-        for pos, row in enumerate(range(start, end)):
-            d = int(drafts[row])
-            if greedy[req]:
-                token = int(argmax[row])
-                rejected = d != token
-            else:
-                assert probs is not None and coins is not None and inv_q_cpu is not None
-                p = probs[row]
-                dp_d = float(dprobs[row, d]) if (dprobs is not None and d >= 0) else 1.0
-                accepted = False
-                if d >= 0 and dp_d > 0:
-                    ratio = float(torch.tensor(float(p[d])) / torch.tensor(dp_d))
-                    u = float(coins[row])
-                    accepted = ratio >= u
-                    if abs(ratio - u) <= rtol * max(ratio, u):
-                        near[req, pos] = True
-                if accepted:
-                    token = d
-                else:
-                    rejected = True
-                    token, tie = _recovered_token(
-                        p, None if dprobs is None else dprobs[row], d, inv_q_cpu[req], rtol
-                    )
-                    near[req, pos] |= tie
-            tokens[req, pos] = token
-            if rejected:
-                break
-        if not rejected:
-            tokens[req, end - start] = int(bonus[req])
-        start = end
-    return ReferenceResult(tokens=tokens, near_tie=near)
-
-
-def _recovered_token(
-    p: torch.Tensor, dp: torch.Tensor | None, draft: int, inv_q: torch.Tensor, rtol: float
-) -> tuple[int, bool]:
-    if dp is not None:
-        residual = torch.clamp(p - dp, min=0.0)
-    else:
-        residual = p.clone()
-        if draft >= 0:
-            residual[draft] = 0.0
-    score = residual.to(inv_q.dtype) * inv_q
-    best = int(torch.argmax(score))
-    top = torch.topk(score, k=min(2, score.numel())).values
-    # A near-tie: the runner-up is within rtol of the winner, or every score is so small
-    # that rounding of p decides it (an all-zero residual, p == dp).
-    tie = top.numel() > 1 and float(top[0] - top[1]) <= rtol * float(top[0])
-    return best, tie
-
-
-def decision_margins_agree(
-    expected: ReferenceResult, actual: torch.Tensor
-) -> tuple[bool, str]:
-    """Whether ``actual`` tokens equal the reference's, a near-tie apart.
-
-    Each request must match position by position up to its first difference, and that
-    difference must sit at or after a position the reference flagged as a near-tie (a
-    flipped decision changes everything after it).
-
-    Returns:
-        ``(agree, why_not)``.
-    """
-    exp_tokens = expected.tokens
-    act = actual.detach().cpu().to(torch.int32)
-    if act.shape != exp_tokens.shape:
-        return False, f"shape {list(act.shape)} != {list(exp_tokens.shape)}"
-    diff = act != exp_tokens
-    for req in torch.nonzero(diff.any(dim=1)).flatten().tolist():
-        first = int(torch.nonzero(diff[req]).flatten()[0])
-        if not bool(expected.near_tie[req, : first + 1].any()):
-            return False, (
-                f"request {req}: position {first} expected {exp_tokens[req].tolist()}, "
-                f"got {act[req].tolist()} (no near-tie before it)"
-            )
-    return True, ""
-
-
-# --------------------------------------------------------------------------------------
-# The kernel family, as the tuner sees it
-# --------------------------------------------------------------------------------------
-
-_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-# Shape of the synthetic logits: a few dominant tokens (together ~95% of the mass, at
-# any vocabulary size) over a Gaussian floor, and a drafter that sees them through
-# noise, so drafts are accepted at realistic rates and some are rejected (every pass
-# of the kernels runs).
-_LOGIT_SCALE = 2.0
-_LOGIT_PEAK_OVER_LOG_V = 4.0
-_PEAKS = 4
-_DRAFT_NOISE = 1.0
-
-
-class RejectionSampleFamily:
-    """Chain verification (greedy + rejection sampling) as a tunable kernel family."""
-
-    name = "rejection_sample"
-
-    def __init__(self) -> None:
-        import inspect
-        import sys
-
-        from spectune.identity import source_hash
-
-        self.source_hash = source_hash(inspect.getsource(sys.modules[__name__]))
-
-    def search_space(self, backend: str) -> SearchSpace:
-        return search_space(backend)
-
-    def default_config(self, problem: Problem, backend: str) -> dict[str, int]:
-        return default_config(problem, backend)
-
-    def make_inputs(
-        self, problem: Problem, *, seed: int, device: torch.device | str = "cpu"
-    ) -> RejectionInputs:
-        """Every request random with ``k`` drafts sampled from the drafter."""
-        gen = torch.Generator().manual_seed(seed)
-        batch, k, vocab = problem.batch, problem.spec_len, problem.vocab
-        n_rows = batch * k
-        logits = torch.randn(n_rows, vocab, generator=gen) * _LOGIT_SCALE
-        peaks = torch.randint(0, vocab, (n_rows, _PEAKS), generator=gen)
-        height = math.log(vocab) + _LOGIT_PEAK_OVER_LOG_V
-        logits.scatter_add_(1, peaks, torch.full((n_rows, _PEAKS), height))
-        draft_logits = logits + torch.randn(n_rows, vocab, generator=gen) * _DRAFT_NOISE
-        draft_probs = torch.softmax(draft_logits, dim=-1)
-        drafts = torch.multinomial(draft_probs, 1, generator=gen).flatten()
-        cu = torch.arange(1, batch + 1, dtype=torch.int32) * k
-        inv_q = 1.0 / torch.empty(batch, vocab).exponential_(generator=gen)
-        return RejectionInputs(
-            draft_token_ids=drafts.to(torch.int32).to(device),
-            cu_num_draft_tokens=cu.to(device),
-            target_logits=logits.to(_DTYPES[problem.dtype]).to(device),
-            bonus_token_ids=torch.randint(0, vocab, (batch, 1), generator=gen).to(device),
-            max_spec_len=k,
-            draft_probs=draft_probs.to(device) if problem.draft_probs else None,
-            is_greedy=torch.zeros(batch, dtype=torch.bool, device=device),
-            uniform_probs=torch.rand(n_rows, generator=gen, dtype=torch.float64).to(device),
-            inv_q=inv_q.to(device),
-        )
-
-    def launch(self, inputs: RejectionInputs, config: Mapping[str, int]) -> torch.Tensor:
-        return rejection_sample(*inputs.args(), **inputs.kwargs(), config=config, validate=False)
-
-    def reference(self, inputs: RejectionInputs) -> ReferenceResult:
-        return rejection_sample_reference(*inputs.args(), **inputs.kwargs())
-
-    def same(self, expected: ReferenceResult | torch.Tensor, actual: torch.Tensor) -> bool:
-        """Bit-identical tokens; against a reference, a near-tie apart (see NEAR_TIE_RTOL)."""
-        if isinstance(expected, ReferenceResult):
-            return decision_margins_agree(expected, actual)[0]
-        return torch.equal(expected.cpu(), actual.cpu())
-
-
-FAMILY = RejectionSampleFamily()

@@ -9,16 +9,20 @@ from dataclasses import replace
 import pytest
 import torch
 
+from spectune.identity import backend_of
 from spectune.kernels import (
     FAMILIES,
+    LOGITS_DTYPES,
+    MAX_VOCAB,
     RejectionInputs,
     decision_margins_agree,
     draw_random_inputs,
     rejection_sample,
     rejection_sample_reference,
 )
-from spectune.kernels.rejection import default_config, search_space
-from spectune.space import Problem
+from spectune.kernels.rejection_constants import FIXED_POINT_BITS
+from spectune.kernels.rejection_space import default_config, search_space
+from spectune.space import DTYPES, Problem
 from tests.kernels.conftest import DEVICE, Case, build, on_device
 
 FAMILY = FAMILIES["rejection_sample"]
@@ -350,6 +354,9 @@ BAD = {
     "draft id >= vocab": ({"draft_token_ids": torch.full((5,), 11, dtype=torch.int32)},
                           "draft_token_ids"),
     "not contiguous": ({"target_logits": torch.zeros(11, 5).t()}, "target_logits"),
+    "vocab above MAX_VOCAB": ({"target_logits": torch.empty(5, MAX_VOCAB + 1,
+                                                            dtype=torch.float16)},
+                              "target_logits"),
 }
 
 
@@ -400,6 +407,7 @@ def test_family_interface_round_trip() -> None:
     inputs = FAMILY.make_inputs(problem, seed=0, device=DEVICE)
     assert inputs.target_logits.dtype == torch.bfloat16
     assert inputs.draft_probs is None
+    assert FAMILY.problem_of(inputs) == problem
     config = FAMILY.default_config(problem, "cpu-interpreter")
     out = FAMILY.launch(inputs, config)
     assert FAMILY.same(FAMILY.reference(inputs), out)
@@ -480,3 +488,50 @@ def test_acceptance_boundary_is_sharp(draft_probs: bool, vocab: int) -> None:
     assert accepted.tolist() == expected.tolist()
     assert int((~expected).sum()) >= 5  # enough sharp rejections to mean something
     assert torch.equal(out.cpu(), ref.tokens)
+
+
+# --------------------------------------------------------------------------------------
+# One problem per launch shape; the supported vocabularies and dtypes
+# --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "case",
+    [
+        Case(3, 4, 300, dtype=torch.bfloat16, mode="random"),
+        Case(2, 2, 9000, draft_probs=False, mode="mixed"),
+        Case(1, 0, 50, dtype=torch.float16, mode="greedy"),
+    ],
+    ids=str,
+)
+def test_default_config_is_that_of_the_family_problem(case: Case) -> None:
+    """Without a config the launcher runs the family's default for ``problem_of(inputs)``."""
+    inputs = build(case, seed=4)
+    problem = FAMILY.problem_of(inputs)
+    assert problem == Problem(
+        spec_len=max(case.max_k, 1), batch=case.batch, vocab=case.vocab,
+        dtype=str(case.dtype).removeprefix("torch."), draft_probs=case.draft_probs,
+    )
+    config = FAMILY.default_config(problem, backend_of(inputs.target_logits.device))
+    assert torch.equal(run(inputs), FAMILY.launch(inputs, config))
+
+
+def test_problem_of_an_empty_batch_is_the_smallest() -> None:
+    inputs = replace(
+        build(Case(1, 1, 64, mode="greedy"), seed=0),
+        draft_token_ids=torch.zeros(0, dtype=torch.int32, device=DEVICE),
+        cu_num_draft_tokens=torch.zeros(0, dtype=torch.int32, device=DEVICE),
+        target_logits=torch.zeros(0, 64, device=DEVICE),
+        bonus_token_ids=torch.zeros(0, 1, dtype=torch.int64, device=DEVICE),
+        max_spec_len=0,
+        draft_probs=None,
+    )
+    assert FAMILY.problem_of(inputs) == Problem(spec_len=1, batch=1, vocab=64,
+                                                draft_probs=False)
+    assert run(inputs).shape == (0, 1)
+
+
+def test_supported_vocab_and_dtypes() -> None:
+    # The fixed-point denominator of MAX_VOCAB ones fits int64; one more may not.
+    assert MAX_VOCAB * 2**FIXED_POINT_BITS < 2**63 <= (MAX_VOCAB + 1) * 2**FIXED_POINT_BITS
+    assert [str(d).removeprefix("torch.") for d in LOGITS_DTYPES] == list(DTYPES)

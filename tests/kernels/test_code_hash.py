@@ -1,0 +1,250 @@
+"""A family's source hash covers its kernels and launcher: their code, not their text.
+
+The unit tests check :func:`canonical_code` on small sources. The package tests copy
+``spectune/`` to a temporary folder, edit one file of the copy, import the copy in a
+fresh interpreter and read ``family_hashes()`` from it: what every tuned row is checked
+against.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from spectune.kernels import FAMILIES, _code_hash, family_hashes
+from spectune.kernels._code_hash import canonical_code, code_digest, code_hash
+
+ROOT = Path(__file__).resolve().parents[2]
+
+_SOURCE = '''
+"""Module docstring."""
+
+import triton
+
+LIMIT = 2**21 - 1  # a comment
+
+
+@triton.jit
+def _kernel(x_ptr, n, BLOCK: tl.constexpr):
+    """Kernel docstring."""
+    offs = tl.arange(0, BLOCK)
+    # Strictly greater: the first index wins.
+    return tl.load(x_ptr + offs, mask=offs < n, other=0.0)
+
+
+class Launcher:
+    """Class docstring."""
+
+    def run(self, x, *, n):
+        """Method docstring."""
+        return _kernel[(1,)](x, n, BLOCK=256)
+'''
+
+
+def test_docstrings_comments_and_formatting_do_not_count() -> None:
+    edits = [
+        ('"""Module docstring."""', '"""Another module docstring,\n\nin two."""'),
+        ('"""Kernel docstring."""', '"""What the kernel does."""'),
+        ('    """Class docstring."""\n', ""),
+        ("# a comment", "# another comment"),
+        ("    # Strictly greater: the first index wins.\n", ""),
+        ("return tl.load(x_ptr + offs, mask=offs < n, other=0.0)",
+         "return tl.load(\n        x_ptr + offs,\n        mask=(offs < n),\n"
+         "        other=0.0,\n    )"),
+        ("\n\n\nclass", "\n\nclass"),
+    ]
+    edited = _SOURCE
+    for old, new in edits:
+        assert edited.count(old) == 1, old
+        edited = edited.replace(old, new)
+    assert canonical_code(edited) == canonical_code(_SOURCE)
+
+
+@pytest.mark.parametrize(
+    "old,new",
+    [
+        ("2**21 - 1", "2**21 - 2"),
+        ("other=0.0", "other=1.0"),
+        ("BLOCK=256", "BLOCK=512"),
+        ("offs < n", "offs <= n"),
+        ("def run(self, x, *, n)", "def run(self, x, n)"),
+        ("import triton", "import triton as tr"),
+    ],
+)
+def test_code_changes_count(old: str, new: str) -> None:
+    assert canonical_code(_SOURCE.replace(old, new)) != canonical_code(_SOURCE)
+
+
+def test_a_string_that_is_not_a_docstring_counts() -> None:
+    source = "def f():\n    x = 1\n    'not a docstring'\n    return x\n"
+    assert canonical_code(source) != canonical_code(source.replace("'not a", "'still not a"))
+    assert "not a docstring" in canonical_code(source)
+
+
+def test_canonical_text_leaves_out_empty_fields() -> None:
+    """Fields newer Pythons add to nodes (empty in our code) must not reach the hash.
+
+    ``ast.dump`` differs between Python 3.10, 3.12 and 3.13 on the same source
+    (``type_params``; empty fields shown or not), and the plugin may run on another
+    Python than the tuner.
+    """
+    text = canonical_code("def f(x):\n    return x\n")
+    assert text == (
+        "Module(body=[FunctionDef(name='f', args=arguments(args=[arg(arg='x')]), "
+        "body=[Return(value=Name(id='x', ctx=Load()))])])"
+    )
+
+
+def test_the_registered_hashes_are_code_hashes() -> None:
+    from spectune.kernels import rejection, rejection_constants
+
+    assert family_hashes() == {"rejection_sample": FAMILIES["rejection_sample"].source_hash}
+    assert family_hashes()["rejection_sample"] == code_hash(rejection, rejection_constants)
+    assert len(code_hash(rejection)) == 16
+    assert code_hash(rejection) != code_hash(rejection, rejection_constants)
+
+
+# --------------------------------------------------------------------------------------
+# Edits to a copy of the package, imported for real
+# --------------------------------------------------------------------------------------
+
+# (file under spectune/kernels, text in it, its replacement) per edit.
+_SAME = {
+    "kernel module docstring": (
+        "rejection.py", "Chain verification of speculative drafts: greedy and rejection",
+        "Chain verification of speculative drafts, greedy and rejection"),
+    "kernel docstring": (
+        "rejection.py", '"""Max of x[lo : lo + n_tiles * BLOCK_V]',
+        '"""The max of x[lo : lo + n_tiles * BLOCK_V]'),
+    "launcher docstring": (
+        "rejection.py", "Verify speculative drafts against target logits; vLLM 0.32 V1 semantics.",
+        "Verify drafts against the target's logits, with vLLM 0.32's V1 semantics."),
+    "kernel comment": (
+        "rejection.py", "# Strictly greater: an earlier tile keeps a tie (first index overall).",
+        "# Strictly greater, so that an earlier tile keeps a tie.\n        # (Another line.)"),
+    "formatting": (
+        "rejection.py", "    return req, start\n",
+        "    return (\n        req,\n        start,\n    )\n"),
+    "constants docstring": (
+        "rejection_constants.py", "Numbers the rejection-sampling kernels and the host code",
+        "Values the rejection-sampling kernels and the host code"),
+    "reference": (
+        "rejection_reference.py", "NEAR_TIE_RTOL = 1e-5", "NEAR_TIE_RTOL = 2e-5"),
+    "input generator": (
+        "rejection_inputs.py", "_LOGIT_SCALE = 2.0", "_LOGIT_SCALE = 3.0"),
+    "default config": (
+        "rejection_space.py", "_DEFAULT_NUM_STAGES = 2", "_DEFAULT_NUM_STAGES = 3"),
+    "family adapter": (
+        "rejection_family.py", '"""The problem ``inputs`` belong to',
+        '"""The tuning problem of ``inputs``'),
+}
+_CHANGED = {
+    "kernel code": (
+        "rejection.py", "other=2**31 - 1", "other=2**31 - 2"),
+    "launcher code": (
+        "rejection.py", "_FINALIZE_NUM_WARPS = 1", "_FINALIZE_NUM_WARPS = 2"),
+    "input checks": (
+        "rejection.py", "if vocab > MAX_VOCAB:", "if vocab >= MAX_VOCAB:"),
+    "shared constant": (
+        "rejection_constants.py", "FIXED_POINT_BITS = 42", "FIXED_POINT_BITS = 41"),
+}
+
+# Imports each package copy in turn (torch and triton once) and prints its hashes.
+_READ_HASHES = """
+import importlib, json, sys
+import torch, triton  # noqa: F401
+out = {}
+for root in sys.argv[1:]:
+    for name in [m for m in sys.modules if m == "spectune" or m.startswith("spectune.")]:
+        del sys.modules[name]
+    sys.path.insert(0, root)
+    importlib.invalidate_caches()
+    out[root] = importlib.import_module("spectune.kernels").family_hashes()
+    sys.path.remove(root)
+print(json.dumps(out))
+"""
+
+
+def test_edits_of_a_package_copy(tmp_path: Path) -> None:
+    edits = {**_SAME, **_CHANGED}
+    roots = {}
+    for label, (file, old, new) in edits.items():
+        root = tmp_path / label.replace(" ", "_")
+        shutil.copytree(ROOT / "spectune", root / "spectune",
+                        ignore=shutil.ignore_patterns("__pycache__", "*.db"))
+        path = root / "spectune" / "kernels" / file
+        text = path.read_text(encoding="utf-8")
+        assert text.count(old) == 1, f"{label}: {old!r} is not once in {file}"
+        path.write_text(text.replace(old, new), encoding="utf-8")
+        roots[label] = str(root)
+    pristine = tmp_path / "pristine"
+    shutil.copytree(ROOT / "spectune", pristine / "spectune",
+                    ignore=shutil.ignore_patterns("__pycache__", "*.db"))
+    env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
+    done = subprocess.run(
+        [sys.executable, "-c", _READ_HASHES, str(pristine), *roots.values()],
+        capture_output=True, text=True, env=env, timeout=300, check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    hashes = {root: h["rejection_sample"] for root, h in json.loads(done.stdout).items()}
+    original = hashes[str(pristine)]
+    assert original == family_hashes()["rejection_sample"]
+    for label in _SAME:
+        assert hashes[roots[label]] == original, f"{label} changed the source hash"
+    changed = {label: hashes[roots[label]] for label in _CHANGED}
+    for label, value in changed.items():
+        assert value != original, f"{label} left the source hash unchanged"
+    assert len(set(changed.values())) == len(changed)
+
+
+# --------------------------------------------------------------------------------------
+# The shipped memo: the hash of the shipped kernels without parsing them
+# --------------------------------------------------------------------------------------
+
+
+def _hashed_modules() -> list:
+    return sorted({m for f in FAMILIES.values() for m in f.source_modules},  # type: ignore[attr-defined]
+                  key=lambda m: m.__name__)
+
+
+def test_the_shipped_memo_is_current() -> None:
+    memo = json.loads(_code_hash.MEMO_FILE.read_text(encoding="utf-8"))
+    assert sorted(memo) == [m.__name__ for m in _hashed_modules()], (
+        "spectune/data/code_hashes.json is out of date: run python scripts/update_code_hashes.py"
+    )
+    for module in _hashed_modules():
+        source = inspect.getsource(module)
+        assert memo[module.__name__] == {
+            "text": hashlib.sha256(source.encode()).hexdigest(),
+            "code": hashlib.sha256(canonical_code(source).encode()).hexdigest(),
+        }, ("spectune/data/code_hashes.json is out of date: run "
+            "python scripts/update_code_hashes.py")
+
+
+def test_the_memo_is_used_only_for_the_recorded_text(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from spectune.kernels import rejection
+
+    parsed = hashlib.sha256(canonical_code(inspect.getsource(rejection)).encode()).hexdigest()
+    text = hashlib.sha256(inspect.getsource(rejection).encode()).hexdigest()
+    memo = tmp_path / "code_hashes.json"
+    monkeypatch.setattr(_code_hash, "MEMO_FILE", memo)
+    for recorded_text, expected in ((text, "c0de"), ("an edited kernel", parsed)):
+        memo.write_text(json.dumps({rejection.__name__: {"text": recorded_text, "code": "c0de"}}))
+        _code_hash._memo.cache_clear()
+        try:
+            assert code_digest(rejection) == expected
+        finally:
+            _code_hash._memo.cache_clear()
+    memo.unlink()  # no memo at all: parsed
+    assert code_digest(rejection) == parsed
+    _code_hash._memo.cache_clear()

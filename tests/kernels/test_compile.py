@@ -1,0 +1,81 @@
+"""The kernels compile for GPU targets, on a host without a GPU.
+
+The other kernel tests run Triton's interpreter, which accepts Python that the compiler
+refuses (a module global that is not a ``tl.constexpr``, for one). Here Triton's
+compiler builds every kernel the launcher launches, with its constexpr flags on, for an
+NVIDIA H100/H200 (``sm_90``) and an AMD MI300X (``gfx942``), down to PTX and AMDGCN.
+No device is needed; it runs in a subprocess because ``TRITON_INTERPRET=1`` (set for
+the other tests) makes ``@triton.jit`` build interpreter functions instead.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+# (kernel, constexprs) as the launcher launches them: random rows, seeded, with draft
+# probabilities (every shared constant in use); once more with host draws in float64.
+_COMPILE = r"""
+import json, sys
+import triton, triton.language as tl
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+
+from spectune.kernels import rejection
+from spectune.kernels.rejection_constants import FIXED_POINT_BITS
+
+TYPES = {
+    "x_ptr": "*bf16", "dp_ptr": "*fp32", "draft_ptr": "*i32", "cu_ptr": "*i32",
+    "greedy_ptr": "*i1", "u_ptr": "*fp64", "q_ptr": "*fp32", "seed_ptr": "*i64",
+    "part_max_ptr": "*fp32", "part_arg_ptr": "*i32", "part_score_ptr": "*fp32",
+    "part_idx_ptr": "*i32", "accept_ptr": "*i8", "part_sum_ptr": "*i64", "out_ptr": "*i32",
+    "bonus_ptr": "*i64", "vocab": "i32", "batch": "i32", "n_tiles": "i32", "chunk": "i32",
+    "max_spec_len": "i32",
+}
+RANDOM = {"HAS_DRAFT_PROBS": True, "SEEDED": True, "FRAC": FIXED_POINT_BITS}
+LAUNCHES = [
+    ("_fused_row_kernel", {"BLOCK_V": 1024, "BLOCK_B": 8, "ALL_GREEDY": False,
+                           "SCORE_DTYPE": tl.float32, **RANDOM}),
+    ("_fused_row_kernel", {"BLOCK_V": 1024, "BLOCK_B": 8, "ALL_GREEDY": False,
+                           "SCORE_DTYPE": tl.float64, **RANDOM, "SEEDED": False}),
+    ("_split_max_kernel", {"SPLITS": 4, "BLOCK_V": 2048}),
+    ("_split_sum_kernel", {"SPLITS": 4, "BLOCK_S": 4, "BLOCK_V": 2048, "BLOCK_B": 16,
+                           "FRAC": FIXED_POINT_BITS}),
+    ("_split_recover_kernel", {"SPLITS": 8, "BLOCK_S": 8, "BLOCK_V": 512, "BLOCK_B": 4,
+                               "SCORE_DTYPE": tl.float32, **RANDOM}),
+    ("_finalize_kernel", {"SPLITS": 4, "BLOCK_S": 4, "BLOCK_K": 8, "ALL_GREEDY": False}),
+]
+TARGETS = {"cuda": GPUTarget("cuda", 90, 32), "hip": GPUTarget("hip", "gfx942", 64)}
+out = []
+for backend in sys.argv[1:]:
+    for name, constexprs in LAUNCHES:
+        fn = getattr(rejection, name)
+        signature = {a: "constexpr" if a in constexprs else TYPES[a] for a in fn.arg_names}
+        indexed = {(fn.arg_names.index(a),): v for a, v in constexprs.items()}
+        compiled = triton.compile(ASTSource(fn, signature, constexprs=indexed),
+                                  target=TARGETS[backend], options={"num_warps": 4})
+        asm = compiled.asm["ptx" if backend == "cuda" else "amdgcn"]
+        out.append({"backend": backend, "kernel": name, "asm_has_kernel": name in asm})
+print(json.dumps(out))
+"""
+
+
+def test_every_launched_kernel_compiles_for_cuda_and_hip() -> None:
+    from triton.backends import backends
+
+    wanted = [b for b, name in (("cuda", "nvidia"), ("hip", "amd")) if name in backends]
+    assert wanted, f"this triton build has no GPU backend: {sorted(backends)}"
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    done = subprocess.run(
+        [sys.executable, "-c", _COMPILE, *wanted], capture_output=True, text=True, env=env,
+        cwd=ROOT, timeout=600, check=False,
+    )
+    assert done.returncode == 0, done.stderr[-4000:]
+    results = json.loads(done.stdout.splitlines()[-1])
+    assert len(results) == 6 * len(wanted)
+    assert all(r["asm_has_kernel"] for r in results), results
