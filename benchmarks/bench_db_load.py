@@ -1,11 +1,13 @@
 """How long the serving path takes to load tuned configs: 10,000 rows, one database.
 
-Builds a SQLite database of ``--rows`` rows, all measured on one device with the
-running Triton version and kernel hash (so every row is validated against a search
-space and indexed: the worst case), then times :func:`spectune.db.load_index` from a
-cold engine, ``--repeat`` times, and the per-call cost of ``ConfigIndex.lookup``.
+Builds a database of ``--rows`` rows (a SQLite file, or ``--db``: an empty database,
+e.g. a PostgreSQL one), all measured on one device with the running Triton version and
+kernel hash (so every row is validated against a search space and indexed: the worst
+case), then times :func:`spectune.db.load_index` from a new connection, ``--repeat``
+times, and the per-call cost of ``ConfigIndex.lookup``.
 
     nice python benchmarks/bench_db_load.py            # 10,000 rows, 20 repeats
+    python benchmarks/bench_db_load.py --db postgresql+psycopg://USER@HOST/EMPTY_DB
 
 The target is <= 50 ms for 10,000 rows (median wall time); the script exits 1 above
 it. CPU time and the machine's load average are printed beside it: on a shared,
@@ -23,7 +25,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from spectune.db import Source, TunedRow, load_index, open_store, parse_target
+from spectune.db import TunedRow, load_index, open_store
+from spectune.db._locations import Source, parse_target
 from spectune.identity import DeviceIdentity, SoftwareIdentity
 from spectune.promotion import Timing
 from spectune.space import Param, Problem, SearchSpace
@@ -85,13 +88,14 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=10_000)
     parser.add_argument("--repeat", type=int, default=20)
+    parser.add_argument("--db", help="an empty database to fill (default: a new SQLite file)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "bench.db"
+        target = args.db or str(Path(tmp) / "bench.db")
         rows = make_rows(args.rows)
-        with open_store(path) as store:
+        with open_store(target) as store:
             store.record_many(rows)
-        sources = [Source(name="bench", url=parse_target(str(path)))]
+        sources = [Source(name="bench", url=parse_target(target))]
         hashes = {KERNEL: KERNEL_HASH}
         times, cpu_times = [], []
         for _ in range(args.repeat):
@@ -121,8 +125,8 @@ def main() -> int:
     print(f"load_index CPU time: median {statistics.median(cpu_times):.1f} ms")
     print(f"lookup: {lookup_ns:.0f} ns per call")
     # Wall time on a shared machine is only meaningful beside its load.
-    print(f"load average (1, 5, 15 min): {', '.join(f'{x:.2f}' for x in os.getloadavg())} "
-          f"on {os.cpu_count()} CPUs")
+    loads = ", ".join(f"{x:.2f}" for x in os.getloadavg())
+    print(f"load average (1, 5, 15 min): {loads} on {os.cpu_count()} CPUs")
     return 0 if median <= TARGET_MS else 1
 
 

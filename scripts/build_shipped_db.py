@@ -15,12 +15,12 @@ small self-contained file that readers open read-only and immutable.
 from __future__ import annotations
 
 import argparse
+import sqlite3
 import sys
 from pathlib import Path
 
-from sqlalchemy import create_engine
-
-from spectune.db import open_store, parse_target, read_rows_file, shipped_db_path
+from spectune.db import open_store, read_rows_file
+from spectune.db._locations import shipped_db_path
 
 
 def build(*, out: Path, rows_file: Path | None) -> int:
@@ -40,13 +40,12 @@ def build(*, out: Path, rows_file: Path | None) -> int:
             store.record_many(rows)
         count = store.count()
     # One self-contained file: leave WAL mode (no -wal/-shm beside it) and compact it.
-    engine = create_engine(parse_target(str(tmp)), isolation_level="AUTOCOMMIT")
+    connection = sqlite3.connect(tmp, isolation_level=None)
     try:
-        with engine.connect() as connection:
-            connection.exec_driver_sql("PRAGMA journal_mode=DELETE")
-            connection.exec_driver_sql("VACUUM")
+        connection.execute("PRAGMA journal_mode=DELETE")
+        connection.execute("VACUUM")
     finally:
-        engine.dispose()
+        connection.close()
     tmp.replace(out)
     return count
 

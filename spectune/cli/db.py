@@ -13,6 +13,8 @@ from typing import Any, TypeVar
 
 import click
 
+from spectune.messages import one_line
+
 __all__ = ["db"]
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -38,17 +40,9 @@ def _clean_errors(command: F) -> F:
 
             known = (DatabaseError, InvalidConfigError, ValueError, OSError)
             prefix = "" if isinstance(exc, known) else f"unexpected {type(exc).__name__}: "
-            raise click.ClickException(prefix + _one_line(exc)) from None
+            raise click.ClickException(prefix + one_line(exc, limit=400)) from None
 
     return wrapper  # type: ignore[return-value]
-
-
-def _one_line(exc: BaseException) -> str:
-    from spectune.db._errors import one_line
-
-    if isinstance(exc, OSError) and exc.strerror:
-        return one_line(f"{exc.filename}: {exc.strerror}" if exc.filename else exc.strerror)
-    return one_line(exc, limit=400)
 
 
 def _note(message: str) -> None:
@@ -63,26 +57,17 @@ class _Kernels:
         self.spaces: Callable[[str, str], Any] | None = None
         self.problem = ""
         try:
-            from spectune.kernels import FAMILIES
+            from spectune.kernels import family_hashes, family_space
+
+            self.hashes = family_hashes()
         except Exception as exc:
             self.problem = (
-                f"kernel registry unavailable ({_one_line(exc)}): rows cannot be checked "
-                "against a search space or kernel hash"
+                f"kernel registry unavailable ({one_line(exc, limit=400)}): rows cannot be "
+                "checked against a search space or kernel hash"
             )
             return
-        families = dict(FAMILIES)
-        self.hashes = {name: family.source_hash for name, family in families.items()}
-
-        def lookup(kernel: str, backend: str) -> Any:
-            family = families.get(kernel)
-            if family is None:
-                return None
-            try:
-                return family.search_space(backend)
-            except Exception:
-                return None
-
-        self.spaces = lookup
+        # A family whose space cannot be built makes its rows unusable, with the reason.
+        self.spaces = family_space
 
 
 def _rows(database: str | None) -> list[tuple[str, Any]]:
@@ -140,7 +125,7 @@ def db() -> None:
 @_clean_errors
 def show(database: str | None, gpu: str | None, kernel: str | None, as_json: bool) -> None:
     """Show tuned rows (a table, or JSON with --json)."""
-    from spectune.db import rows_to_json
+    from spectune.db._files import rows_to_json
 
     rows = _filter(_rows(database), gpu, kernel)
     if as_json:
@@ -179,7 +164,7 @@ def show(database: str | None, gpu: str | None, kernel: str | None, as_json: boo
 @_clean_errors
 def validate(database: str | None, as_json: bool) -> None:
     """Say for every row whether it is usable on this machine, and why not."""
-    from spectune.db import check_row
+    from spectune.db._checks import check_row
     from spectune.identity import detect_device, detect_software
 
     rows = _rows(database)
@@ -306,11 +291,12 @@ def merge(sources: tuple[str, ...], into: str) -> None:
 @_clean_errors
 def upgrade(database: str | None) -> None:
     """Create or upgrade a database's schema to the current revision."""
-    from spectune.db import display_url, parse_target, upgrade_database, write_target
+    from spectune.db import upgrade_database
+    from spectune.db._locations import parse_target, write_target
 
     url = write_target() if database is None else parse_target(database)
     before, after = upgrade_database(url)
-    where = display_url(url)
+    where = url.display()
     if before == after:
         click.echo(f"{where}: already at schema revision {after}", err=True)
     else:

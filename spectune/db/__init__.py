@@ -1,21 +1,25 @@
 """The tuned-config database: stores and finds tuned launch configurations.
 
 Knows nothing of Triton: kernels, search spaces and identities are handed in by the
-caller. The public API, re-exported from private modules:
+caller. The public API:
 
 - rows: :class:`TunedRow`, :class:`Provenance`, :func:`batch_bucket`;
-- where databases are: :func:`default_sources`, :func:`user_db_path`,
-  :func:`shipped_db_path`, :func:`parse_target`, :class:`Source`;
-- reading and writing: :func:`open_store` -> :class:`Store` (``record``,
-  ``record_many``, ``rows``, ``best_configs_near``), :func:`upgrade_database`;
+- where databases are: :func:`default_sources` (``SPECTUNE_DB``, the user database,
+  the shipped one), :func:`user_db_path`;
+- reading and writing: :func:`open_store` -> :class:`Store` (``record`` ->
+  :class:`RecordOutcome`, ``record_many``, ``rows``, ``count``, ``best_configs_near``),
+  :func:`upgrade_database`;
 - the serving path: :func:`load_index` -> :class:`ConfigIndex` (never raises);
-- validators: :func:`check_row` -> :class:`Verdict`, :func:`check_configs`;
 - files and merging: :func:`read_rows_file`, :func:`write_rows_file`,
-  :func:`import_rows`, :func:`merge_databases`, :func:`effective_rows`.
+  :func:`import_rows`, :func:`merge_databases`, :func:`effective_rows`;
+- errors: :class:`DatabaseError`, the base of those in :mod:`spectune.db.errors`.
 
-Importing the package is cheap: what needs SQLAlchemy (:func:`open_store`,
-:class:`Store`, :func:`upgrade_database`, the transfers) is imported on first use, and
-:func:`load_index` reads SQLite files with the standard library's ``sqlite3``.
+One field list (``spectune.db._fields``) defines a row everywhere: its JSON and CSV
+forms, the table, the SQL and the checks. Reading uses one DB-API reader per storage
+(``sqlite3`` for SQLite files, ``psycopg`` for PostgreSQL): importing the package and
+:func:`load_index` never import SQLAlchemy, which only writers (creating and upgrading
+schemas, recording rows) bring in. The serving path is imported at once; the store and
+the files, which it does not need, on first use.
 """
 
 from __future__ import annotations
@@ -23,111 +27,63 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from spectune.db._buckets import batch_bucket, is_batch_bucket
-from spectune.db._checks import SpaceLookup, Spaces, Verdict, check_configs, check_row
-from spectune.db._conflict import Outcome, resolve
-from spectune.db._errors import (
-    DatabaseError,
-    InvalidRowError,
-    NotADatabaseError,
-    SchemaError,
-    SchemaTooNewError,
-    SchemaTooOldError,
-)
-from spectune.db._files import (
-    EXPORT_FORMATS,
-    IMPORT_FORMATS,
-    read_rows_file,
-    rows_to_json,
-    vllm_file_name,
-    vllm_tables,
-    write_rows_file,
-)
-from spectune.db._index import ConfigIndex, SourceReport, load_index
-from spectune.db._locations import (
-    ENV_DB,
-    ENV_USER_DB,
-    Source,
-    default_sources,
-    display_url,
-    fallback_sources,
-    parse_target,
-    shipped_db_path,
-    user_db_path,
-    write_target,
-)
-from spectune.db._revision import HEAD_REVISION, REVISIONS
-from spectune.db._row import FIELDS, KEY_FIELDS, Provenance, TunedRow
+from spectune.db._config_index import ConfigIndex, load_index
+from spectune.db._locations import default_sources, user_db_path
+from spectune.db._row import Provenance, TunedRow, batch_bucket
+from spectune.db.errors import DatabaseError
 
 if TYPE_CHECKING:
-    from spectune.db._store import RecordReport, Store, open_store, upgrade_database
-    from spectune.db._transfer import effective_rows, import_rows, merge_databases
+    from spectune.db._files import read_rows_file, write_rows_file
+    from spectune.db._store import (
+        RecordOutcome,
+        Store,
+        effective_rows,
+        import_rows,
+        merge_databases,
+        open_store,
+        upgrade_database,
+    )
 
-#: Public names that need SQLAlchemy -> their module, imported on first access.
+#: Public names the serving path does not need -> their module, imported on first use.
 _LAZY = {
-    "RecordReport": "spectune.db._store",
-    "Store": "spectune.db._store",
-    "open_store": "spectune.db._store",
-    "upgrade_database": "spectune.db._store",
-    "effective_rows": "spectune.db._transfer",
-    "import_rows": "spectune.db._transfer",
-    "merge_databases": "spectune.db._transfer",
+    **dict.fromkeys(("read_rows_file", "write_rows_file"), "spectune.db._files"),
+    **dict.fromkeys(
+        (
+            "RecordOutcome",
+            "Store",
+            "effective_rows",
+            "import_rows",
+            "merge_databases",
+            "open_store",
+            "upgrade_database",
+        ),
+        "spectune.db._store",
+    ),
 }
 
 __all__ = [
-    "ENV_DB",
-    "ENV_USER_DB",
-    "EXPORT_FORMATS",
-    "FIELDS",
-    "HEAD_REVISION",
-    "IMPORT_FORMATS",
-    "KEY_FIELDS",
-    "REVISIONS",
     "ConfigIndex",
     "DatabaseError",
-    "InvalidRowError",
-    "NotADatabaseError",
-    "Outcome",
     "Provenance",
-    "RecordReport",
-    "SchemaError",
-    "SchemaTooNewError",
-    "SchemaTooOldError",
-    "Source",
-    "SourceReport",
-    "SpaceLookup",
-    "Spaces",
+    "RecordOutcome",
     "Store",
     "TunedRow",
-    "Verdict",
     "batch_bucket",
-    "check_configs",
-    "check_row",
     "default_sources",
-    "display_url",
     "effective_rows",
-    "fallback_sources",
     "import_rows",
-    "is_batch_bucket",
     "load_index",
     "merge_databases",
     "open_store",
-    "parse_target",
     "read_rows_file",
-    "resolve",
-    "rows_to_json",
-    "shipped_db_path",
     "upgrade_database",
     "user_db_path",
-    "vllm_file_name",
-    "vllm_tables",
     "write_rows_file",
-    "write_target",
 ]
 
 
 def __getattr__(name: str) -> Any:
-    """Import the SQLAlchemy-backed public names on first access."""
+    """Import the names the serving path does not need on first access."""
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

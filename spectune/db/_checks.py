@@ -11,10 +11,12 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from operator import attrgetter
+from typing import Any, NamedTuple
 
-from spectune.db._errors import InvalidRowError
+from spectune.db._fields import RUNNING_FIELDS
 from spectune.db._row import TunedRow
+from spectune.db.errors import InvalidRowError
 from spectune.identity import DeviceIdentity, SoftwareIdentity
 from spectune.space import InvalidConfigError, SearchSpace
 
@@ -26,6 +28,7 @@ __all__ = [
     "check_configs",
     "check_row",
     "config_problem",
+    "running_identity",
 ]
 
 #: ``(kernel, backend) -> SearchSpace`` or ``None`` for a kernel family not known here.
@@ -34,7 +37,19 @@ SpaceLookup = Callable[[str, str], SearchSpace | None]
 #: ``SearchSpace.for_backend(row backend)``), or a :data:`SpaceLookup`.
 Spaces = Mapping[str, SearchSpace] | SpaceLookup
 
-_DEVICE_FIELDS = ("backend", "arch", "device_name", "cu_count", "warp_size")
+_RUNNING = attrgetter(*(f.path for f in RUNNING_FIELDS))
+
+
+class _System(NamedTuple):
+    """A running system, shaped like a row (``device``, ``software``) for field paths."""
+
+    device: DeviceIdentity
+    software: SoftwareIdentity
+
+
+def running_identity(device: DeviceIdentity, software: SoftwareIdentity) -> tuple[Any, ...]:
+    """The values of the running fields (device identity, Triton version) of a system."""
+    return _RUNNING(_System(device, software))  # type: ignore[no-any-return]
 
 
 @dataclass(frozen=True)
@@ -54,29 +69,36 @@ class Verdict:
 
 
 def space_lookup(spaces: Spaces | None) -> SpaceLookup | None:
-    """Normalise ``spaces`` to a lookup; ``None`` stays ``None`` (configs not checked)."""
+    """Normalise ``spaces`` to a lookup; ``None`` stays ``None`` (configs not checked).
+
+    The lookup asks for each ``(kernel, backend)`` once: building a space for a backend
+    makes a new object each time, and a database holds many rows of one kernel family.
+    """
     if spaces is None:
         return None
     if isinstance(spaces, Mapping):
         mapping = spaces
-        # for_backend builds a new space each call: build each (kernel, backend) once.
-        seen: dict[tuple[str, str], SearchSpace | None] = {}
 
-        def lookup(kernel: str, backend: str) -> SearchSpace | None:
-            key = (kernel, backend)
-            if key in seen:
-                return seen[key]
+        def find(kernel: str, backend: str) -> SearchSpace | None:
             space = mapping.get(kernel)
-            found = seen[key] = None if space is None else space.for_backend(backend)
-            return found
+            return None if space is None else space.for_backend(backend)
 
-        return lookup
-    if callable(spaces):
-        return spaces
-    raise TypeError(
-        f"spaces must be a mapping of kernel name to SearchSpace or a callable, "
-        f"got {type(spaces).__name__}"
-    )
+    elif callable(spaces):
+        find = spaces
+    else:
+        raise TypeError(
+            f"spaces must be a mapping of kernel name to SearchSpace or a callable, "
+            f"got {type(spaces).__name__}"
+        )
+    seen: dict[tuple[str, str], SearchSpace | None] = {}
+
+    def lookup(kernel: str, backend: str) -> SearchSpace | None:
+        key = (kernel, backend)
+        if key not in seen:
+            seen[key] = find(kernel, backend)
+        return seen[key]
+
+    return lookup
 
 
 def config_problem(
@@ -117,6 +139,11 @@ class Checker:
         kernel_hashes: Kernel family name -> source hash of the installed kernels.
         spaces: Search spaces of the running backend (see :data:`Spaces`); ``None``
             checks only the shape of configs.
+
+    Attributes:
+        running: The running system's values of the running fields (see
+            :func:`running_identity`).
+        kernel_hashes: Kernel family name -> source hash of the installed kernels.
     """
 
     def __init__(
@@ -130,95 +157,62 @@ class Checker:
         if not isinstance(device, DeviceIdentity):
             raise TypeError(f"device must be a DeviceIdentity, got {type(device).__name__}")
         if not isinstance(software, SoftwareIdentity):
-            raise TypeError(
-                f"software must be a SoftwareIdentity, got {type(software).__name__}"
-            )
+            raise TypeError(f"software must be a SoftwareIdentity, got {type(software).__name__}")
         if not isinstance(kernel_hashes, Mapping):
             raise TypeError("kernel_hashes must be a mapping of kernel name to source hash")
-        self.device = device
-        self.software = software
-        self._device = tuple(getattr(device, f) for f in _DEVICE_FIELDS)
-        self._hashes = dict(kernel_hashes)
+        self.running = running_identity(device, software)
+        self.kernel_hashes = dict(kernel_hashes)
+        self._backend = device.backend
         self._lookup = space_lookup(spaces)
-        self._configs: dict[tuple[str, str], tuple[dict[str, int] | None, str | None]] = {}
-
-    def reasons(
-        self,
-        *,
-        device: tuple[Any, ...],
-        triton: str,
-        kernel: str,
-        kernel_hash: str,
-        config: Mapping[str, Any],
-    ) -> tuple[str, ...]:
-        """Why a row with these values is not usable here; empty when it is."""
-        out = []
-        if device != self._device:
-            diffs = [
-                f"{name} {theirs!r} (here {ours!r})"
-                for name, theirs, ours in zip(_DEVICE_FIELDS, device, self._device, strict=True)
-                if theirs != ours
-            ]
-            out.append("measured on another device: " + ", ".join(diffs))
-        if triton != self.software.triton:
-            out.append(f"triton {triton} (here {self.software.triton})")
-        expected = self._hashes.get(kernel)
-        if expected is None:
-            out.append(f"kernel family {kernel!r} is not installed here")
-        elif kernel_hash != expected:
-            out.append(f"kernel source hash {kernel_hash} (here {expected})")
-        problem = config_problem(config, kernel=kernel, backend=device[0], lookup=self._lookup)
-        if problem is not None:
-            out.append(problem)
-        return tuple(out)
-
-    def matches_running(self, *, device: tuple[Any, ...], triton: str) -> bool:
-        """Whether a row's device identity and Triton version are the running ones."""
-        return device == self._device and triton == self.software.triton
-
-    @property
-    def running_device(self) -> tuple[Any, ...]:
-        """The running device's identity fields, in the order of the device columns."""
-        return self._device
-
-    @property
-    def kernel_hashes(self) -> dict[str, str]:
-        """Kernel family name -> source hash of the installed kernels."""
-        return dict(self._hashes)
-
-    def usable_config(self, kernel: str, text: str) -> dict[str, int] | None:
-        """The parsed config of a stored row whose identity matches the running system.
-
-        The loader's hot path (hence positional arguments): the caller has matched the
-        device, Triton version and kernel hash; this parses and validates the config,
-        cached per distinct (kernel, config text). ``None`` when the config is not
-        usable. Never raises.
-        """
-        memo_key = (kernel, text)
-        hit = self._configs.get(memo_key)
-        if hit is None:
-            try:
-                config = json.loads(text)
-            except (TypeError, ValueError, RecursionError):
-                hit = (None, "config is not JSON")
-            else:
-                problem = config_problem(
-                    config, kernel=kernel, backend=self._device[0], lookup=self._lookup
-                )
-                hit = (None, problem) if problem else (dict(config), None)
-            self._configs[memo_key] = hit
-        return hit[0]
+        self._configs: dict[tuple[str, object], dict[str, int] | None] = {}
 
     def check(self, row: TunedRow) -> Verdict:
         """The verdict on ``row``."""
-        reasons = self.reasons(
-            device=tuple(getattr(row.device, f) for f in _DEVICE_FIELDS),
-            triton=row.software.triton,
-            kernel=row.kernel,
-            kernel_hash=row.kernel_hash,
-            config=row.config,
+        found = running_identity(row.device, row.software)
+        differences = [
+            (f, theirs, ours)
+            for f, theirs, ours in zip(RUNNING_FIELDS, found, self.running, strict=True)
+            if theirs != ours
+        ]
+        reasons = []
+        device = [f"{f.name} {theirs!r} (here {ours!r})" for f, theirs, ours in differences
+                  if f.owner == "device"]  # fmt: skip
+        if device:
+            reasons.append("measured on another device: " + ", ".join(device))
+        reasons += [f"{f.attribute} {theirs} (here {ours})" for f, theirs, ours in differences
+                    if f.owner != "device"]  # fmt: skip
+        expected = self.kernel_hashes.get(row.kernel)
+        if expected is None:
+            reasons.append(f"kernel family {row.kernel!r} is not installed here")
+        elif row.kernel_hash != expected:
+            reasons.append(f"kernel source hash {row.kernel_hash} (here {expected})")
+        problem = config_problem(
+            row.config, kernel=row.kernel, backend=row.device.backend, lookup=self._lookup
         )
-        return Verdict(usable=not reasons, reasons=reasons)
+        if problem is not None:
+            reasons.append(problem)
+        return Verdict(usable=not reasons, reasons=tuple(reasons))
+
+    def usable_config(self, kernel: str, stored: object) -> dict[str, int] | None:
+        """The config of a stored row whose identity is the running system's, if usable.
+
+        The loader's hot path: the caller has matched the device, Triton version and
+        kernel hash; this parses the config as stored (JSON text) and validates it,
+        once per distinct (kernel, stored config). Never raises.
+        """
+        memo_key = (kernel, stored)
+        if memo_key not in self._configs:
+            try:
+                config = json.loads(stored)  # type: ignore[arg-type]
+            except (TypeError, ValueError, RecursionError):
+                usable = None
+            else:
+                problem = config_problem(
+                    config, kernel=kernel, backend=self._backend, lookup=self._lookup
+                )
+                usable = None if problem else dict(config)
+            self._configs[memo_key] = usable
+        return self._configs[memo_key]
 
 
 def check_row(
@@ -240,9 +234,7 @@ def check_row(
     """
     if not isinstance(row, TunedRow):
         raise TypeError(f"row must be a TunedRow, got {type(row).__name__}")
-    checker = Checker(
-        device=device, software=software, kernel_hashes=kernel_hashes, spaces=spaces
-    )
+    checker = Checker(device=device, software=software, kernel_hashes=kernel_hashes, spaces=spaces)
     return checker.check(row)
 
 

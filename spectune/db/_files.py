@@ -1,8 +1,9 @@
 """Rows in files: JSON and CSV (export and import), vLLM-style JSON (export only).
 
-- ``json``: a list of row objects with the keys of :data:`spectune.db._row.FIELDS`
+- ``json``: a list of row objects with the keys of :data:`spectune.db._fields.FIELDS`
   (what ``spectune db show --json`` prints).
-- ``csv``: one row per line, the same columns; ``config`` and ``history`` as JSON text.
+- ``csv``: one row per line, the same columns, each typed by its field's kind
+  (:data:`spectune.db._fields.ROW_FIELDS`); ``config`` and ``history`` as JSON text.
 - ``vllm-json``: one file per kernel family and device, named like vLLM's tuned config
   files (``kernel=rejection_sample,device_name=AMD_Instinct_MI300X.json``), holding
   ``{problem: {batch: config}}``. It lacks the identity needed to validate rows, so it
@@ -21,9 +22,10 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from spectune.db._errors import InvalidRowError, one_line
-from spectune.db._names import check_name, shorten
-from spectune.db._row import FIELDS, TunedRow
+from spectune.db._fields import FIELDS, ROW_FIELDS, check_name, reject_constant
+from spectune.db._row import TunedRow
+from spectune.db.errors import InvalidRowError
+from spectune.messages import one_line
 
 __all__ = [
     "EXPORT_FORMATS",
@@ -38,20 +40,6 @@ __all__ = [
 EXPORT_FORMATS = ("json", "csv", "vllm-json")
 IMPORT_FORMATS = ("json", "csv")
 
-_INT_FIELDS = frozenset({"cu_count", "warp_size", "spec_len", "batch", "vocab", "trials"})
-_FLOAT_FIELDS = frozenset(
-    {
-        "tuned_p20_us",
-        "tuned_p50_us",
-        "tuned_p80_us",
-        "default_p20_us",
-        "default_p50_us",
-        "default_p80_us",
-        "speedup",
-        "tuning_seconds",
-    }
-)
-_JSON_FIELDS = frozenset({"config", "history"})
 _MAX_FILE_BYTES = 256 * 1024 * 1024
 
 
@@ -167,22 +155,17 @@ def vllm_tables(rows: Iterable[TunedRow]) -> dict[str, dict[str, Any]]:
 
 def _rows_to_csv(rows: Iterable[TunedRow]) -> str:
     out = io.StringIO()
-    writer = csv.DictWriter(out, fieldnames=FIELDS, lineterminator="\n")
-    writer.writeheader()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(FIELDS)
     for row in rows:
         record = row.to_dict()
-        for name in _JSON_FIELDS:
-            record[name] = json.dumps(record[name], separators=(",", ":"), allow_nan=False)
-        record["draft_probs"] = "true" if record["draft_probs"] else "false"
-        for name in _FLOAT_FIELDS:
-            record[name] = repr(float(record[name]))
-        writer.writerow(record)
+        writer.writerow([f.to_csv(record[f.name]) for f in ROW_FIELDS])
     return out.getvalue()
 
 
 def _parse_json(file: Path, text: str) -> list[Any]:
     try:
-        data = json.loads(text, parse_constant=_reject_constant)
+        data = json.loads(text, parse_constant=reject_constant)
     except (ValueError, RecursionError) as exc:
         raise InvalidRowError(f"{file}: not valid JSON ({one_line(exc, limit=200)})") from None
     if not isinstance(data, list):
@@ -215,43 +198,7 @@ def _parse_csv(file: Path, text: str) -> list[dict[str, Any]]:
 def _csv_record(raw: dict[str | None, Any]) -> dict[str, Any]:
     if None in raw or any(value is None for value in raw.values()):
         raise ValueError("wrong number of fields")
-    record: dict[str, Any] = {}
-    for name, value in raw.items():
-        assert name is not None
-        if name in _INT_FIELDS:
-            record[name] = _csv_int(name, value)
-        elif name in _FLOAT_FIELDS:
-            record[name] = _csv_float(name, value)
-        elif name in _JSON_FIELDS:
-            try:
-                record[name] = json.loads(value, parse_constant=_reject_constant)
-            except (ValueError, RecursionError):
-                raise ValueError(f"{name} is not valid JSON") from None
-        elif name == "draft_probs":
-            if value not in ("true", "false"):
-                shown = shorten(value, limit=40)
-                raise ValueError(f"draft_probs must be true or false, got {shown}")
-            record[name] = value == "true"
-        else:
-            record[name] = value
-    return record
-
-
-def _csv_int(name: str, value: str) -> int:
-    if not value.strip().lstrip("-").isdigit() or len(value) > 12:
-        raise ValueError(f"{name} must be an integer, got {shorten(value, limit=40)}")
-    return int(value)
-
-
-def _csv_float(name: str, value: str) -> float:
-    try:
-        return float(value)
-    except ValueError:
-        raise ValueError(f"{name} must be a number, got {shorten(value, limit=40)}") from None
-
-
-def _reject_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not allowed")
+    return {f.name: f.from_csv(raw[f.name]) for f in ROW_FIELDS}
 
 
 def _write_text(path: Path, text: str) -> None:

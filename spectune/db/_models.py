@@ -1,9 +1,10 @@
-"""The SQLAlchemy 2 typed ORM model of the ``tuned_configs`` table.
+"""The SQLAlchemy ORM model of the ``tuned_configs`` table, built from the field list.
 
-One column per entry of :data:`spectune.db._row.FIELDS` (``speedup`` is stored so it
-can be sorted on; ``history`` holds provenances as JSON). The schema is created and
-evolved by the Alembic migrations in ``spectune/db/migrations``; a test checks that the
-migrations produce exactly this model.
+One column per field of :data:`spectune.db._fields.ROW_FIELDS` (``speedup`` is stored
+so it can be sorted on; ``history`` holds provenances as JSON), typed by the field's
+kind, and a unique constraint on the key fields. The schema is created and evolved by
+the Alembic migrations in ``spectune/db/migrations``; a test checks that the migrations
+produce exactly this model. Only the writers use it.
 """
 
 from __future__ import annotations
@@ -11,16 +12,14 @@ from __future__ import annotations
 from datetime import datetime, timezone
 from typing import Any
 
-from sqlalchemy import JSON, DateTime, Float, String, UniqueConstraint
+from sqlalchemy import JSON, Boolean, DateTime, Float, Integer, String, UniqueConstraint
 from sqlalchemy.engine import Dialect
-from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
-from sqlalchemy.types import TypeDecorator
+from sqlalchemy.orm import DeclarativeBase, mapped_column
+from sqlalchemy.types import TypeDecorator, TypeEngine
 
-from spectune.db._names import NAME_MAX, TEXT_MAX
-from spectune.db._revision import TABLE_NAME
-from spectune.db._row import KEY_FIELDS
+from spectune.db._fields import KEY_FIELDS, ROW_FIELDS, TABLE_NAME, Field
 
-__all__ = ["TABLE_NAME", "Base", "TunedConfigRecord", "UTCDateTime"]
+__all__ = ["Base", "TunedConfigRecord", "UTCDateTime"]
 
 
 class UTCDateTime(TypeDecorator[datetime]):
@@ -44,41 +43,30 @@ class Base(DeclarativeBase):
     """Declarative base of spectune's tables."""
 
 
-class TunedConfigRecord(Base):
-    """One row of ``tuned_configs``; see :class:`spectune.db.TunedRow` for the fields."""
+def _column_type(field: Field) -> TypeEngine[Any]:
+    if field.kind in ("name", "text"):
+        return String(field.size)
+    return {
+        "int": Integer(),
+        "float": Float(),
+        "bool": Boolean(),
+        "json": JSON(),
+        "time": UTCDateTime(),
+    }[field.kind]
 
-    __tablename__ = TABLE_NAME
-    __table_args__ = (UniqueConstraint(*KEY_FIELDS, name="uq_tuned_configs_key"),)
 
-    id: Mapped[int] = mapped_column(primary_key=True, autoincrement=True)
-    kernel: Mapped[str] = mapped_column(String(NAME_MAX))
-    kernel_hash: Mapped[str] = mapped_column(String(NAME_MAX))
-    backend: Mapped[str] = mapped_column(String(32))
-    arch: Mapped[str] = mapped_column(String(NAME_MAX))
-    device_name: Mapped[str] = mapped_column(String(NAME_MAX))
-    cu_count: Mapped[int]
-    warp_size: Mapped[int]
-    triton_version: Mapped[str] = mapped_column(String(NAME_MAX))
-    spec_len: Mapped[int]
-    batch: Mapped[int]
-    vocab: Mapped[int]
-    dtype: Mapped[str] = mapped_column(String(16))
-    draft_probs: Mapped[bool]
-    torch_version: Mapped[str] = mapped_column(String(NAME_MAX))
-    runtime_version: Mapped[str] = mapped_column(String(NAME_MAX))
-    spectune_version: Mapped[str] = mapped_column(String(NAME_MAX))
-    config: Mapped[dict[str, int]] = mapped_column(JSON)
-    tuned_p20_us: Mapped[float] = mapped_column(Float)
-    tuned_p50_us: Mapped[float] = mapped_column(Float)
-    tuned_p80_us: Mapped[float] = mapped_column(Float)
-    default_p20_us: Mapped[float] = mapped_column(Float)
-    default_p50_us: Mapped[float] = mapped_column(Float)
-    default_p80_us: Mapped[float] = mapped_column(Float)
-    speedup: Mapped[float] = mapped_column(Float)
-    trials: Mapped[int]
-    tuning_seconds: Mapped[float] = mapped_column(Float)
-    tuned_at: Mapped[datetime] = mapped_column(UTCDateTime)
-    host: Mapped[str] = mapped_column(String(TEXT_MAX))
-    study: Mapped[str] = mapped_column(String(TEXT_MAX))
-    # Added by revision 0002; NULL in rows written before it means no history.
-    history: Mapped[list[dict[str, Any]] | None] = mapped_column(JSON, nullable=True)
+def _model() -> type[Base]:
+    namespace: dict[str, Any] = {
+        "__doc__": "One row of ``tuned_configs``; see :class:`spectune.db.TunedRow`.",
+        "__module__": __name__,
+        "__tablename__": TABLE_NAME,
+        "__table_args__": (UniqueConstraint(*KEY_FIELDS, name="uq_tuned_configs_key"),),
+        "id": mapped_column(Integer, primary_key=True, autoincrement=True),
+    }
+    for field in ROW_FIELDS:
+        namespace[field.name] = mapped_column(_column_type(field), nullable=field.nullable)
+    return type("TunedConfigRecord", (Base,), namespace)
+
+
+#: The mapped class of ``tuned_configs``: one attribute per field, and ``id``.
+TunedConfigRecord: Any = _model()

@@ -1,68 +1,89 @@
-"""One tuned row as a plain value: identity, problem, config, measurements, provenance.
+"""One tuned row as a plain value, and the batch buckets rows are tuned at.
 
-:class:`TunedRow` is what callers build (the tuner), what readers return and what
-files hold. It checks itself when built, so a row that exists is well formed; whether
-its config belongs to a kernel's search space is for :mod:`spectune.db._checks`.
+:class:`TunedRow` is what callers build (the tuner), what readers return and what files
+hold. It checks itself when built, so a row that exists is well formed; whether its
+config belongs to a kernel's search space is for :mod:`spectune.db._checks`. Its
+fields, key and dict form come from :data:`spectune.db._fields.ROW_FIELDS`.
+
+Batch buckets: rows are tuned at powers of two and a batch is looked up at the nearest,
+``2 ** round(log2(b))`` on a log scale. Integers never fall exactly between two buckets
+(that would need ``b = 2**n * sqrt(2)``), so there are no ties: 3 -> 4, 5 -> 4, 6 -> 8,
+11 -> 8, 12 -> 16, 22 -> 16, 23 -> 32. There is no largest bucket.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
+from operator import attrgetter
 from typing import Any
 
-from spectune.db._buckets import batch_bucket, is_batch_bucket
-from spectune.db._errors import InvalidRowError
-from spectune.db._names import check_config_key, check_name, check_text, shorten
+from spectune.db._fields import (
+    FIELDS,
+    PROVENANCE_FIELDS,
+    ROW_FIELDS,
+    Field,
+    check_config,
+    parse_time,
+    utc,
+)
+from spectune.db.errors import InvalidRowError
 from spectune.identity import DeviceIdentity, SoftwareIdentity
 from spectune.promotion import Timing
-from spectune.space import BACKENDS, Problem
+from spectune.space import Problem
 
-__all__ = ["FIELDS", "KEY_FIELDS", "Provenance", "RowKey", "TunedRow", "utc_now"]
+__all__ = [
+    "Provenance",
+    "RowKey",
+    "TunedRow",
+    "batch_bucket",
+    "is_batch_bucket",
+    "row_from_stored",
+    "utc_now",
+]
 
-#: The columns that make a row's identity: one row per key in a database.
-KEY_FIELDS = (
-    "kernel",
-    "kernel_hash",
-    "backend",
-    "arch",
-    "device_name",
-    "cu_count",
-    "warp_size",
-    "triton_version",
-    "spec_len",
-    "batch",
-    "vocab",
-    "dtype",
-    "draft_probs",
-)
-
-#: Every field of a row as exported (JSON, CSV) and stored (one column each), in order.
-FIELDS = (
-    *KEY_FIELDS,
-    "torch_version",
-    "runtime_version",
-    "spectune_version",
-    "config",
-    "tuned_p20_us",
-    "tuned_p50_us",
-    "tuned_p80_us",
-    "default_p20_us",
-    "default_p50_us",
-    "default_p80_us",
-    "speedup",
-    "trials",
-    "tuning_seconds",
-    "tuned_at",
-    "host",
-    "study",
-    "history",
-)
-
-#: A row's key: the values of :data:`KEY_FIELDS`, in order.
+#: A row's key: the values of :data:`spectune.db._fields.KEY_FIELDS`, in order.
 RowKey = tuple[Any, ...]
+
+#: The types of the parts of a row that hold several fields.
+_PARTS: dict[str, type] = {
+    "device": DeviceIdentity,
+    "software": SoftwareIdentity,
+    "problem": Problem,
+    "tuned": Timing,
+    "default": Timing,
+}
+_KEY = attrgetter(*(f.path for f in ROW_FIELDS if f.key))
+_PROVENANCE_NAMES = tuple(f.name for f in PROVENANCE_FIELDS)
+
+
+def batch_bucket(batch: int) -> int:
+    """The bucket a batch of ``batch`` requests is looked up at.
+
+    Args:
+        batch: Number of requests, a positive integer.
+
+    Returns:
+        The power of two nearest to ``batch`` on a log scale.
+    """
+    if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
+        raise ValueError(f"batch must be a positive integer, got {batch!r}")
+    lower = 1 << (batch.bit_length() - 1)
+    # b is nearer to lower than to 2*lower on a log scale iff b / lower < 2 * lower / b,
+    # i.e. b*b < 2*lower*lower; exact in integers.
+    return lower if batch * batch < 2 * lower * lower else 2 * lower
+
+
+def is_batch_bucket(batch: object) -> bool:
+    """Whether ``batch`` is a bucket (a positive power of two)."""
+    return (
+        isinstance(batch, int)
+        and not isinstance(batch, bool)
+        and batch > 0
+        and batch & (batch - 1) == 0
+    )
 
 
 def utc_now() -> datetime:
@@ -88,14 +109,8 @@ class Provenance:
     tuned: Timing
 
     def __post_init__(self) -> None:
-        check_text("host", self.host)
-        check_text("study", self.study)
-        object.__setattr__(self, "tuned_at", _utc("tuned_at", self.tuned_at))
-        _count("trials", self.trials, minimum=0)
-        _seconds("tuning_seconds", self.tuning_seconds)
-        object.__setattr__(self, "config", _config(self.config))
-        if not isinstance(self.tuned, Timing):
-            raise ValueError(f"tuned must be a Timing, got {type(self.tuned).__name__}")
+        _check_parts(self, ("tuned",))
+        _check_fields(self, PROVENANCE_FIELDS)
 
     @property
     def identity(self) -> tuple[str, str, datetime]:
@@ -103,46 +118,16 @@ class Provenance:
         return (self.host, self.study, self.tuned_at)
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "host": self.host,
-            "study": self.study,
-            "tuned_at": self.tuned_at.isoformat(),
-            "trials": self.trials,
-            "tuning_seconds": self.tuning_seconds,
-            "config": dict(self.config),
-            "tuned_p20_us": self.tuned.p20,
-            "tuned_p50_us": self.tuned.p50,
-            "tuned_p80_us": self.tuned.p80,
-        }
+        """The entry as a flat JSON-able object (the provenance fields of a row)."""
+        return {f.name: f.to_plain(f.read(self)) for f in PROVENANCE_FIELDS}
 
     @classmethod
     def from_dict(cls, data: object) -> Provenance:
         """Parse :meth:`to_dict`'s output; raises ``ValueError`` naming the bad field."""
         if not isinstance(data, Mapping):
             raise ValueError(f"history entry must be an object, got {type(data).__name__}")
-        _exact_keys("history entry", data, _PROVENANCE_KEYS)
-        return cls(
-            host=data["host"],
-            study=data["study"],
-            tuned_at=_parse_time("tuned_at", data["tuned_at"]),
-            trials=data["trials"],
-            tuning_seconds=data["tuning_seconds"],
-            config=data["config"],
-            tuned=_timing("tuned", data, "tuned"),
-        )
-
-
-_PROVENANCE_KEYS = (
-    "host",
-    "study",
-    "tuned_at",
-    "trials",
-    "tuning_seconds",
-    "config",
-    "tuned_p20_us",
-    "tuned_p50_us",
-    "tuned_p80_us",
-)
+        _exact_keys("history entry", data, _PROVENANCE_NAMES)
+        return cls(**_arguments(PROVENANCE_FIELDS, data))
 
 
 @dataclass(frozen=True)
@@ -184,47 +169,14 @@ class TunedRow:
     history: tuple[Provenance, ...] = ()
 
     def __post_init__(self) -> None:
-        if not isinstance(self.device, DeviceIdentity):
-            raise ValueError(f"device must be a DeviceIdentity, got {type(self.device).__name__}")
-        if self.device.backend not in BACKENDS:
-            raise ValueError(f"backend must be one of {BACKENDS}, got {self.device.backend!r}")
-        check_name("arch", self.device.arch)
-        check_name("device_name", self.device.device_name)
-        _count("cu_count", self.device.cu_count, minimum=1)
-        _count("warp_size", self.device.warp_size, minimum=1)
-        if not isinstance(self.software, SoftwareIdentity):
-            raise ValueError(
-                f"software must be a SoftwareIdentity, got {type(self.software).__name__}"
-            )
-        check_name("triton_version", self.software.triton)
-        check_name("torch_version", self.software.torch)
-        check_name("runtime_version", self.software.runtime)
-        check_name("spectune_version", self.software.spectune)
-        check_name("kernel", self.kernel)
-        check_name("kernel_hash", self.kernel_hash)
-        if not isinstance(self.problem, Problem):
-            raise ValueError(f"problem must be a Problem, got {type(self.problem).__name__}")
+        _check_parts(self, tuple(_PARTS))
+        _check_fields(self, ROW_FIELDS)
         if not is_batch_bucket(self.problem.batch):
             raise ValueError(
                 f"problem.batch must be a batch bucket (a power of two), got "
                 f"{self.problem.batch}; tune at batch_bucket({self.problem.batch}) = "
                 f"{batch_bucket(self.problem.batch)}"
             )
-        if not isinstance(self.problem.draft_probs, bool):
-            raise ValueError(f"draft_probs must be a bool, got {self.problem.draft_probs!r}")
-        object.__setattr__(self, "config", _config(self.config))
-        for name in ("tuned", "default"):
-            if not isinstance(getattr(self, name), Timing):
-                raise ValueError(f"{name} must be a Timing")
-        _count("trials", self.trials, minimum=0)
-        _seconds("tuning_seconds", self.tuning_seconds)
-        check_text("host", self.host)
-        check_text("study", self.study)
-        object.__setattr__(self, "tuned_at", _utc("tuned_at", self.tuned_at))
-        history = tuple(self.history)
-        if any(not isinstance(p, Provenance) for p in history):
-            raise ValueError("history must hold Provenance entries")
-        object.__setattr__(self, "history", history)
 
     @property
     def speedup(self) -> float:
@@ -233,72 +185,17 @@ class TunedRow:
 
     @property
     def key(self) -> RowKey:
-        """The values of :data:`KEY_FIELDS`: one row per key in a database."""
-        d, p = self.device, self.problem
-        return (
-            self.kernel,
-            self.kernel_hash,
-            d.backend,
-            d.arch,
-            d.device_name,
-            d.cu_count,
-            d.warp_size,
-            self.software.triton,
-            p.spec_len,
-            p.batch,
-            p.vocab,
-            p.dtype,
-            p.draft_probs,
-        )
+        """The values of the key fields: one row per key in a database."""
+        return _KEY(self)  # type: ignore[no-any-return]
 
     @property
     def provenance(self) -> Provenance:
         """This row's own measurement, as a history entry."""
-        return Provenance(
-            host=self.host,
-            study=self.study,
-            tuned_at=self.tuned_at,
-            trials=self.trials,
-            tuning_seconds=self.tuning_seconds,
-            config=self.config,
-            tuned=self.tuned,
-        )
+        return Provenance(**{name: getattr(self, name) for name in _PROVENANCE_ATTRIBUTES})
 
     def to_dict(self) -> dict[str, Any]:
-        """The row as one flat JSON-able object with the keys of :data:`FIELDS`."""
-        d, s, p = self.device, self.software, self.problem
-        return {
-            "kernel": self.kernel,
-            "kernel_hash": self.kernel_hash,
-            "backend": d.backend,
-            "arch": d.arch,
-            "device_name": d.device_name,
-            "cu_count": d.cu_count,
-            "warp_size": d.warp_size,
-            "triton_version": s.triton,
-            "spec_len": p.spec_len,
-            "batch": p.batch,
-            "vocab": p.vocab,
-            "dtype": p.dtype,
-            "draft_probs": p.draft_probs,
-            "torch_version": s.torch,
-            "runtime_version": s.runtime,
-            "spectune_version": s.spectune,
-            "config": dict(self.config),
-            "tuned_p20_us": self.tuned.p20,
-            "tuned_p50_us": self.tuned.p50,
-            "tuned_p80_us": self.tuned.p80,
-            "default_p20_us": self.default.p20,
-            "default_p50_us": self.default.p50,
-            "default_p80_us": self.default.p80,
-            "speedup": self.speedup,
-            "trials": self.trials,
-            "tuning_seconds": self.tuning_seconds,
-            "tuned_at": self.tuned_at.isoformat(),
-            "host": self.host,
-            "study": self.study,
-            "history": [h.to_dict() for h in self.history],
-        }
+        """The row as one flat JSON-able object with the keys of ``FIELDS``."""
+        return {f.name: f.to_plain(f.read(self)) for f in ROW_FIELDS}
 
     @classmethod
     def from_dict(cls, data: object) -> TunedRow:
@@ -315,24 +212,78 @@ class TunedRow:
         except (ValueError, TypeError) as exc:
             raise InvalidRowError(str(exc)) from None
 
-    def replace_history(self, history: tuple[Provenance, ...]) -> TunedRow:
+    def replace_history(self, history: Iterable[Provenance]) -> TunedRow:
         """A copy of this row with another history."""
-        return TunedRow(
-            device=self.device,
-            software=self.software,
-            kernel=self.kernel,
-            kernel_hash=self.kernel_hash,
-            problem=self.problem,
-            config=self.config,
-            tuned=self.tuned,
-            default=self.default,
-            trials=self.trials,
-            tuning_seconds=self.tuning_seconds,
-            host=self.host,
-            study=self.study,
-            tuned_at=self.tuned_at,
-            history=history,
-        )
+        return replace(self, history=tuple(history))
+
+
+#: The attributes of a Provenance (those a row shares with its history entries).
+_PROVENANCE_ATTRIBUTES = tuple(Provenance.__dataclass_fields__)
+
+
+def row_from_stored(values: Sequence[Any], *, where: str) -> TunedRow:
+    """The row a database holds, from the values of its columns in field order.
+
+    Args:
+        values: One value per field of ``ROW_FIELDS``, as the database driver (or the
+            ORM) returns it (see :meth:`spectune.db._fields.Field.from_stored`).
+        where: Names the row in messages (database and row id).
+
+    Raises:
+        InvalidRowError: the stored row is malformed (edited by hand), naming ``where``.
+    """
+    try:
+        data = {f.name: f.from_stored(v) for f, v in zip(ROW_FIELDS, values, strict=True)}
+        return TunedRow.from_dict(data)
+    except (ValueError, TypeError) as exc:
+        raise InvalidRowError(f"{where}: {exc}") from None
+
+
+def _check_parts(value: object, parts: Iterable[str]) -> None:
+    for name in parts:
+        part = getattr(value, name)
+        expected = _PARTS[name]
+        if not isinstance(part, expected):
+            raise ValueError(f"{name} must be a {expected.__name__}, got {type(part).__name__}")
+
+
+def _check_fields(value: object, fields: Iterable[Field]) -> None:
+    """Check the fields ``value`` holds itself; normalise configs, times and histories."""
+    for f in fields:
+        if f.kind == "time":
+            object.__setattr__(value, f.path, utc(f.name, f.read(value)))
+        elif f.kind == "json" and f.nullable:
+            history = tuple(f.read(value))
+            if any(not isinstance(p, Provenance) for p in history):
+                raise ValueError("history must hold Provenance entries")
+            object.__setattr__(value, f.path, history)
+        elif f.kind == "json":
+            object.__setattr__(value, f.path, check_config(f.read(value)))
+        else:
+            f.check(f.read(value))
+
+
+def _arguments(fields: Iterable[Field], data: Mapping[str, Any]) -> dict[str, Any]:
+    """Constructor arguments of a row or an entry from its dict form (not its history)."""
+    arguments: dict[str, Any] = {}
+    parts: dict[str, dict[str, Any]] = {}
+    for f in fields:
+        if f.derived or f.nullable:
+            continue
+        value = parse_time(f.name, data[f.name]) if f.kind == "time" else data[f.name]
+        if f.owner is None:
+            arguments[f.attribute] = value
+        else:
+            parts.setdefault(f.owner, {})[f.attribute] = value
+    for owner, values in parts.items():
+        kind = _PARTS[owner]
+        try:
+            arguments[owner] = kind(**values)
+        except (TypeError, ValueError) as exc:
+            if kind is not Timing:
+                raise
+            raise ValueError(f"{owner} timing: {exc}") from None
+    return arguments
 
 
 def _row_from_dict(data: object) -> TunedRow:
@@ -343,36 +294,7 @@ def _row_from_dict(data: object) -> TunedRow:
     if not isinstance(history, list):
         raise ValueError(f"history must be a list, got {type(history).__name__}")
     row = TunedRow(
-        device=DeviceIdentity(
-            backend=data["backend"],
-            arch=data["arch"],
-            device_name=data["device_name"],
-            cu_count=data["cu_count"],
-            warp_size=data["warp_size"],
-        ),
-        software=SoftwareIdentity(
-            triton=data["triton_version"],
-            torch=data["torch_version"],
-            runtime=data["runtime_version"],
-            spectune=data["spectune_version"],
-        ),
-        kernel=data["kernel"],
-        kernel_hash=data["kernel_hash"],
-        problem=Problem(
-            spec_len=data["spec_len"],
-            batch=data["batch"],
-            vocab=data["vocab"],
-            dtype=data["dtype"],
-            draft_probs=data["draft_probs"],
-        ),
-        config=data["config"],
-        tuned=_timing("tuned", data, "tuned"),
-        default=_timing("default", data, "default"),
-        trials=data["trials"],
-        tuning_seconds=data["tuning_seconds"],
-        host=data["host"],
-        study=data["study"],
-        tuned_at=_parse_time("tuned_at", data["tuned_at"]),
+        **_arguments(ROW_FIELDS, data),
         history=tuple(Provenance.from_dict(h) for h in history),
     )
     speedup = data["speedup"]
@@ -393,65 +315,3 @@ def _exact_keys(what: str, data: Mapping[Any, Any], expected: tuple[str, ...]) -
     missing = [k for k in expected if k not in data]
     if missing:
         raise ValueError(f"{what} lacks key(s) {', '.join(missing)}")
-
-
-def _timing(what: str, data: Mapping[str, Any], prefix: str) -> Timing:
-    values = [data[f"{prefix}_{q}_us"] for q in ("p20", "p50", "p80")]
-    try:
-        return Timing(*values)
-    except (TypeError, ValueError) as exc:
-        raise ValueError(f"{what} timing: {exc}") from None
-
-
-def _config(config: object) -> dict[str, int]:
-    if not isinstance(config, Mapping):
-        raise ValueError(f"config must be an object, got {type(config).__name__}")
-    if not config:
-        raise ValueError("config must not be empty")
-    out: dict[str, int] = {}
-    for key, value in config.items():
-        check_config_key(key)
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise ValueError(f"config[{key!r}] must be an integer, got {shorten(value)}")
-        if value < 0:
-            raise ValueError(f"config[{key!r}] must not be negative, got {value}")
-        if value > 2**31 - 1:
-            raise ValueError(f"config[{key!r}] is too large, got {value}")
-        out[key] = value
-    return out
-
-
-def _count(what: str, value: object, *, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ValueError(f"{what} must be an integer >= {minimum}, got {shorten(value)}")
-    if value > 2**31 - 1:
-        raise ValueError(f"{what} is too large, got {value}")
-    return value
-
-
-def _seconds(what: str, value: object) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ValueError(f"{what} must be a number, got {shorten(value)}")
-    if not math.isfinite(value) or value < 0:
-        raise ValueError(f"{what} must be finite and non-negative, got {value!r}")
-    return float(value)
-
-
-def _utc(what: str, value: object) -> datetime:
-    if not isinstance(value, datetime):
-        raise ValueError(f"{what} must be a datetime, got {type(value).__name__}")
-    if value.tzinfo is None or value.utcoffset() is None:
-        raise ValueError(f"{what} must be timezone-aware, got {value.isoformat()}")
-    return value.astimezone(timezone.utc)
-
-
-def _parse_time(what: str, value: object) -> datetime:
-    if not isinstance(value, str) or len(value) > 64:
-        raise ValueError(f"{what} must be an ISO 8601 string, got {shorten(value)}")
-    try:
-        parsed = datetime.fromisoformat(value)
-    except ValueError:
-        raise ValueError(f"{what} must be an ISO 8601 time, got {shorten(value)}") from None
-    if parsed.tzinfo is None:
-        raise ValueError(f"{what} must include a UTC offset, got {shorten(value)}")
-    return parsed

@@ -1,9 +1,15 @@
-"""A tuned-config database opened for reading or writing: rows in, rows out.
+"""A tuned-config database opened for reading or writing, and moving rows between them.
 
 :func:`open_store` is the one way in. Writers (``readonly=False``) create the schema in a
 new database and upgrade an older one; readers require the current schema and never
-write. Every method raises :class:`spectune.db.DatabaseError` with a one-line message
-naming the database, never a driver error.
+write. Reads go through :mod:`spectune.db._reader` (``sqlite3`` or ``psycopg``); only
+writing (schema and rows) uses SQLAlchemy, imported when a store is opened for writing.
+Every method raises :class:`spectune.db.DatabaseError` with a one-line message naming
+the database, never a driver error.
+
+When two rows share a key the promotion rule decides (:func:`resolve`), and the kept
+row's history gains the other's provenance: recording, importing and merging never lose
+who measured what.
 """
 
 from __future__ import annotations
@@ -12,37 +18,62 @@ import math
 import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
-
-from sqlalchemy import Select, and_, func, or_, select
-from sqlalchemy.engine import URL, Engine, Row
-from sqlalchemy.exc import IntegrityError
-from sqlalchemy.orm import Session
+from enum import Enum
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from spectune.db._checks import Spaces, check_configs
-from spectune.db._conflict import Outcome, resolve
-from spectune.db._engine import READS_ONLY, make_engine, translate_errors
-from spectune.db._errors import DatabaseError, InvalidRowError
-from spectune.db._locations import Source, display_url, parse_target, write_target
-from spectune.db._models import TunedConfigRecord
-from spectune.db._row import FIELDS, KEY_FIELDS, RowKey, TunedRow
-from spectune.db._schema import inspect_schema, require_current, upgrade
+from spectune.db._fields import DEVICE_FIELDS, KEY_FIELDS
+from spectune.db._files import read_rows_file
+from spectune.db._locations import DatabaseURL, Source, default_sources, parse_target, write_target
+from spectune.db._reader import reading
+from spectune.db._row import Provenance, RowKey, TunedRow
+from spectune.db.errors import DatabaseError
 from spectune.identity import DeviceIdentity
-from spectune.promotion import MIN_GAIN
+from spectune.promotion import MIN_GAIN, is_significantly_faster
 from spectune.space import Problem
 
-__all__ = ["RecordReport", "Store", "open_store", "upgrade_database"]
+if TYPE_CHECKING:
+    from sqlalchemy.engine import Engine
+    from sqlalchemy.orm import Session
 
-_KEY_COLUMNS = tuple(getattr(TunedConfigRecord, name) for name in KEY_FIELDS)
+__all__ = [
+    "RecordOutcome",
+    "RecordReport",
+    "Store",
+    "Target",
+    "effective_rows",
+    "import_rows",
+    "merge_databases",
+    "open_store",
+    "resolve",
+    "upgrade_database",
+]
+
+#: A database as callers name it: a URL or a file path (or a parsed URL).
+Target = str | os.PathLike[str] | DatabaseURL
 # Keys per lookup query: 13 parameters each stays far below SQLite's limit.
 _KEYS_PER_QUERY = 100
 # Concurrent PostgreSQL writers may insert the same new key; the loser retries.
 _RETRIES = 5
 
 
+class RecordOutcome(str, Enum):
+    """What recording a row did."""
+
+    INSERTED = "inserted"
+    """No row had the key: the row was added."""
+    REPLACED = "replaced"
+    """The row was significantly faster than the incumbent and replaced it."""
+    KEPT = "kept"
+    """The incumbent stayed (the row was not significantly faster); its provenance was kept."""
+    UNCHANGED = "unchanged"
+    """The database already held this measurement: nothing changed."""
+
+
 @dataclass(frozen=True)
 class RecordReport:
-    """What recording rows did, one count per :class:`Outcome`."""
+    """What recording rows did, one count per :class:`RecordOutcome`."""
 
     inserted: int = 0
     replaced: int = 0
@@ -60,15 +91,48 @@ class RecordReport:
         )
 
 
-def open_store(
-    target: str | os.PathLike[str] | URL | Source | None = None, *, readonly: bool = False
-) -> Store:
+def resolve(
+    incumbent: TunedRow, candidate: TunedRow, *, min_gain: float = MIN_GAIN
+) -> tuple[RecordOutcome, TunedRow]:
+    """Decide between two rows of the same key.
+
+    The candidate wins only when :func:`spectune.promotion.is_significantly_faster`
+    says so. Either way the winner's ``history`` gains every provenance of both rows
+    (their own and their histories) except its own, without duplicates, oldest first.
+
+    Returns:
+        The outcome and the row to store (``incumbent`` itself when unchanged).
+    """
+    if candidate.key != incumbent.key:
+        raise ValueError("candidate and incumbent must have the same key")
+    faster = is_significantly_faster(candidate.tuned, incumbent.tuned, min_gain=min_gain)
+    winner = candidate if faster else incumbent
+    seen: dict[object, Provenance] = {}
+    for entry in (
+        incumbent.provenance,
+        *incumbent.history,
+        candidate.provenance,
+        *candidate.history,
+    ):
+        seen.setdefault(entry.identity, entry)
+    own = winner.provenance.identity
+    history = sorted(
+        (p for identity, p in seen.items() if identity != own),
+        key=lambda p: (p.tuned_at, p.host, p.study),
+    )
+    merged = winner.replace_history(history)
+    if merged == incumbent:
+        return RecordOutcome.UNCHANGED, incumbent
+    return (RecordOutcome.REPLACED if faster else RecordOutcome.KEPT), merged
+
+
+def open_store(target: Target | Source | None = None, *, readonly: bool = False) -> Store:
     """Open a tuned-config database.
 
     Args:
-        target: A URL, a file path or a :class:`Source` (the shipped database's source
-            opens it immutable); ``None`` means where writers write (``SPECTUNE_DB`` or
-            the user database).
+        target: A URL, a file path or a :class:`spectune.db._locations.Source` (the
+            shipped database's source opens it immutable); ``None`` means where
+            writers write (``SPECTUNE_DB`` or the user database).
         readonly: Open for reading only: the database must exist and have the current
             schema. Otherwise the schema is created or upgraded as needed.
 
@@ -77,43 +141,46 @@ def open_store(
             missing tables, cannot connect, ...).
     """
     url, immutable = _resolve(target)
-    location = display_url(url)
-    engine = make_engine(url, readonly=readonly, immutable=immutable and readonly)
+    if readonly:
+        with reading(url, immutable=immutable) as reader:
+            reader.require_current()
+        return Store(url, immutable=immutable)
+    from spectune.db._writer import make_engine, translate_errors, upgrade
+
+    location = url.display()
+    engine = make_engine(url)
     try:
         with translate_errors(location):
-            if readonly:
-                with engine.connect() as connection:
-                    require_current(inspect_schema(connection), location=location)
-            else:
-                upgrade(engine, location=location)
+            upgrade(engine, location=location)
     except BaseException:
         engine.dispose()
         raise
-    return Store(engine, url=url, readonly=readonly)
+    return Store(url, engine=engine)
 
 
-def upgrade_database(target: str | os.PathLike[str] | URL | None = None) -> tuple[str | None, str]:
+def upgrade_database(target: Target | None = None) -> tuple[str | None, str]:
     """Create or upgrade the schema of a database to the current revision.
 
     Returns:
         The revision before (``None`` for a new database) and after.
     """
+    from spectune.db._writer import make_engine, translate_errors, upgrade
+
     url, _ = _resolve(target)
-    location = display_url(url)
-    engine = make_engine(url, readonly=False)
+    engine = make_engine(url)
     try:
-        with translate_errors(location):
-            return upgrade(engine, location=location)
+        with translate_errors(url.display()):
+            return upgrade(engine, location=url.display())
     finally:
         engine.dispose()
 
 
-def _resolve(target: str | os.PathLike[str] | URL | Source | None) -> tuple[URL, bool]:
+def _resolve(target: Target | Source | None) -> tuple[DatabaseURL, bool]:
     if target is None:
         return write_target(), False
     if isinstance(target, Source):
         return target.url, target.immutable
-    if isinstance(target, URL):
+    if isinstance(target, DatabaseURL):
         return target, False
     return parse_target(target), False
 
@@ -122,14 +189,21 @@ class Store:
     """An open tuned-config database; use :func:`open_store` to get one.
 
     Usable as a context manager; :meth:`close` releases its connections.
+
+    Args:
+        url: The database.
+        engine: The writer's engine; ``None`` for a read-only store.
+        immutable: A read-only SQLite file that never changes (the shipped database).
     """
 
-    def __init__(self, engine: Engine, *, url: URL, readonly: bool) -> None:
-        self._engine = engine
-        self._reader = engine.execution_options(**{READS_ONLY: True})
+    def __init__(
+        self, url: DatabaseURL, *, engine: Engine | None = None, immutable: bool = False
+    ) -> None:
         self.url = url
-        self.readonly = readonly
-        self.location = display_url(url)
+        self.location = url.display()
+        self.readonly = engine is None
+        self._engine = engine
+        self._immutable = immutable
 
     def __enter__(self) -> Store:
         return self
@@ -138,17 +212,13 @@ class Store:
         self.close()
 
     def close(self) -> None:
-        self._engine.dispose()
-
-    def _fetch(self, *queries: Select[Any]) -> list[list[Row[Any]]]:
-        """Rows of Core ``queries``, read in one transaction (the loader's fast path)."""
-        with translate_errors(self.location), self._reader.connect() as connection:
-            return [connection.execute(query).all() for query in queries]
+        if self._engine is not None:
+            self._engine.dispose()
 
     def count(self) -> int:
         """Number of rows."""
-        with translate_errors(self.location), Session(self._reader) as session:
-            return int(session.scalar(select(func.count()).select_from(TunedConfigRecord)) or 0)
+        with reading(self.url, immutable=self._immutable) as reader:
+            return reader.count()
 
     def rows(self, *, kernel: str | None = None, device_name: str | None = None) -> list[TunedRow]:
         """Every row, optionally of one kernel family and one device name, in key order.
@@ -156,30 +226,26 @@ class Store:
         Raises:
             InvalidRowError: a stored row is malformed (edited by hand), naming its id.
         """
-        query = select(TunedConfigRecord).order_by(*_KEY_COLUMNS)
-        if kernel is not None:
-            query = query.where(TunedConfigRecord.kernel == kernel)
-        if device_name is not None:
-            query = query.where(TunedConfigRecord.device_name == device_name)
-        with translate_errors(self.location), Session(self._reader) as session:
-            return [self._to_row(record) for record in session.scalars(query)]
+        equal = {"kernel": kernel, "device_name": device_name}
+        with reading(self.url, immutable=self._immutable) as reader:
+            return reader.rows(**{k: v for k, v in equal.items() if v is not None})
 
     def record(
         self, row: TunedRow, *, min_gain: float = MIN_GAIN, spaces: Spaces | None = None
-    ) -> Outcome:
+    ) -> RecordOutcome:
         """Store one row; on a key already present the promotion rule decides.
 
         Args:
             row: The row.
             min_gain: Promotion threshold (see :func:`spectune.promotion.is_significantly_faster`).
             spaces: Search spaces to check the config against (see
-                :func:`spectune.db.check_configs`); ``None`` checks only its shape.
+                :func:`spectune.db._checks.check_configs`); ``None`` checks only its shape.
 
         Returns:
-            What happened (see :class:`Outcome`).
+            What happened (see :class:`RecordOutcome`).
         """
         report = self.record_many([row], min_gain=min_gain, spaces=spaces)
-        for outcome in Outcome:
+        for outcome in RecordOutcome:
             if getattr(report, outcome.value):
                 return outcome
         raise AssertionError("record_many reported nothing")
@@ -211,8 +277,13 @@ class Store:
             if not isinstance(row, TunedRow):
                 raise TypeError(f"rows[{index}] must be a TunedRow, got {type(row).__name__}")
         check_configs(rows, spaces=spaces, where=self.location)
-        if self.readonly:
+        if self._engine is None:
             raise DatabaseError(f"{self.location} is open read-only")
+        from sqlalchemy.exc import IntegrityError
+        from sqlalchemy.orm import Session
+
+        from spectune.db._writer import translate_errors
+
         with translate_errors(self.location):
             for attempt in range(_RETRIES):
                 try:
@@ -254,23 +325,18 @@ class Store:
             raise TypeError(f"device must be a DeviceIdentity, got {type(device).__name__}")
         if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
             raise ValueError(f"limit must be a positive integer, got {limit!r}")
-        t = TunedConfigRecord
-        query = select(t).where(
-            t.kernel == kernel,
-            t.backend == device.backend,
-            t.arch == device.arch,
-            t.device_name == device.device_name,
-            t.cu_count == device.cu_count,
-            t.warp_size == device.warp_size,
-            t.dtype == problem.dtype,
-            t.draft_probs == problem.draft_probs,
-        )
+        equal: dict[str, object] = {
+            "kernel": kernel,
+            **{f.name: getattr(device, f.attribute) for f in DEVICE_FIELDS},
+            "dtype": problem.dtype,
+            "draft_probs": problem.draft_probs,
+        }
         if triton is not None:
-            query = query.where(t.triton_version == triton)
+            equal["triton_version"] = triton
         if kernel_hash is not None:
-            query = query.where(t.kernel_hash == kernel_hash)
-        with translate_errors(self.location), Session(self._reader) as session:
-            candidates = [self._to_row(record) for record in session.scalars(query)]
+            equal["kernel_hash"] = kernel_hash
+        with reading(self.url, immutable=self._immutable) as reader:
+            candidates = reader.rows(**equal)
 
         def distance(row: TunedRow) -> tuple[float, float]:
             p = row.problem
@@ -292,13 +358,17 @@ class Store:
                     break
         return out
 
-    # -- internals ---------------------------------------------------------------
-
     def _record_in(
         self, session: Session, rows: Sequence[TunedRow], min_gain: float
     ) -> RecordReport:
+        from sqlalchemy import and_, or_, select
+
+        from spectune.db._models import TunedConfigRecord
+        from spectune.db._writer import record_values, stored_row
+
+        key_columns = [getattr(TunedConfigRecord, name) for name in KEY_FIELDS]
         keys = list(dict.fromkeys(row.key for row in rows))
-        stored: dict[RowKey, tuple[TunedConfigRecord, TunedRow]] = {}
+        stored: dict[RowKey, tuple[Any, TunedRow]] = {}
         for start in range(0, len(keys), _KEYS_PER_QUERY):
             chunk = keys[start : start + _KEYS_PER_QUERY]
             # FOR UPDATE: a concurrent PostgreSQL writer of the same keys waits for this
@@ -307,43 +377,105 @@ class Store:
             # OR of equalities, not a row-value IN: SQLite searches the unique index
             # for each key instead of scanning it.
             matches = (
-                and_(*(column == value for column, value in zip(_KEY_COLUMNS, key, strict=True)))
+                and_(*(column == value for column, value in zip(key_columns, key, strict=True)))
                 for key in chunk
             )
             query = select(TunedConfigRecord).where(or_(*matches)).with_for_update()
             for record in session.scalars(query):
-                row = self._to_row(record)
+                row = stored_row(record, location=self.location)
                 stored[row.key] = (record, row)
         current: dict[RowKey, TunedRow] = {key: row for key, (_, row) in stored.items()}
-        counts = dict.fromkeys(Outcome, 0)
+        counts = dict.fromkeys(RecordOutcome, 0)
         for row in rows:
             incumbent = current.get(row.key)
             if incumbent is None:
                 current[row.key] = row
-                counts[Outcome.INSERTED] += 1
+                counts[RecordOutcome.INSERTED] += 1
                 continue
             outcome, current[row.key] = resolve(incumbent, row, min_gain=min_gain)
             counts[outcome] += 1
         for key, row in current.items():
             if key not in stored:
-                session.add(TunedConfigRecord(**_values(row)))
+                session.add(TunedConfigRecord(**record_values(row)))
             elif row != stored[key][1]:
                 record = stored[key][0]
-                for name, value in _values(row).items():
+                for name, value in record_values(row).items():
                     setattr(record, name, value)
         return RecordReport(**{outcome.value: n for outcome, n in counts.items()})
 
-    def _to_row(self, record: TunedConfigRecord) -> TunedRow:
-        data: dict[str, Any] = {name: getattr(record, name) for name in FIELDS}
-        data["tuned_at"] = record.tuned_at.isoformat() if record.tuned_at else None
-        data["history"] = record.history or []
-        try:
-            return TunedRow.from_dict(data)
-        except InvalidRowError as exc:
-            raise InvalidRowError(f"{self.location}: row id {record.id}: {exc}") from None
+
+def import_rows(
+    path: str | os.PathLike[str],
+    *,
+    into: Target | None = None,
+    fmt: str | None = None,
+    spaces: Spaces | None = None,
+    min_gain: float = MIN_GAIN,
+) -> RecordReport:
+    """Import a JSON or CSV file of rows, all or nothing, by the promotion rule.
+
+    Args:
+        path: The file (see :func:`spectune.db.read_rows_file`).
+        into: The database; ``None`` means where writers write.
+        fmt: ``json`` or ``csv``; ``None`` picks by suffix.
+        spaces: Search spaces to check configs against (see
+            :func:`spectune.db._checks.check_configs`).
+        min_gain: Promotion threshold on a key already present.
+    """
+    rows = read_rows_file(path, fmt=fmt)
+    check_configs(rows, spaces=spaces, where=str(Path(path)))  # before creating ``into``
+    with open_store(into) as store:
+        return store.record_many(rows, min_gain=min_gain)
 
 
-def _values(row: TunedRow) -> dict[str, Any]:
-    values = row.to_dict()
-    values["tuned_at"] = row.tuned_at
-    return values
+def merge_databases(
+    sources: Sequence[Target],
+    *,
+    into: Target,
+    spaces: Spaces | None = None,
+    min_gain: float = MIN_GAIN,
+) -> RecordReport:
+    """Merge databases into ``into`` in one transaction.
+
+    On a key present in several, the faster config is kept when the difference is
+    significant by :func:`spectune.promotion.is_significantly_faster` (else the
+    incumbent stays), and the kept row's history holds every provenance.
+
+    Args:
+        sources: Databases to read (URLs or paths), in order.
+        into: The destination, created if needed.
+        spaces: Search spaces to check configs against (see
+            :func:`spectune.db._checks.check_configs`).
+        min_gain: Promotion threshold.
+    """
+    if isinstance(sources, (str, bytes)) or not sources:
+        raise ValueError("sources must be a non-empty sequence of databases")
+    rows: list[TunedRow] = []
+    for source in sources:
+        with open_store(source, readonly=True) as store:
+            found = store.rows()
+            check_configs(found, spaces=spaces, where=store.location)
+        rows.extend(found)
+    with open_store(into) as store:
+        return store.record_many(rows, min_gain=min_gain)
+
+
+def effective_rows(sources: Sequence[Source] | None = None) -> list[tuple[Source, TunedRow]]:
+    """The rows readers see, with the source each comes from; an earlier source wins.
+
+    Absent SQLite files are skipped; any other problem raises.
+
+    Raises:
+        DatabaseError: naming the database that cannot be read.
+    """
+    if sources is None:
+        sources = default_sources()
+    seen: dict[RowKey, tuple[Source, TunedRow]] = {}
+    for source in sources:
+        if source.url.absent:
+            continue
+        with reading(source.url, immutable=source.immutable) as reader:
+            reader.require_current()
+            for row in reader.rows():
+                seen.setdefault(row.key, (source, row))
+    return list(seen.values())

@@ -6,7 +6,8 @@ from dataclasses import replace
 
 import pytest
 
-from spectune.db import check_row
+from spectune.db._checks import check_configs, check_row
+from spectune.db.errors import InvalidRowError
 
 from .conftest import CONFIG, H200, KERNEL, KERNEL_HASH, MI300X, SOFTWARE, SPACE, make_row
 
@@ -108,3 +109,9 @@ def test_arguments_are_checked() -> None:
         check_row({}, device=MI300X, software=SOFTWARE, kernel_hashes=HASHES)  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="device"):
         check_row(make_row(), device="MI300X", software=SOFTWARE, kernel_hashes=HASHES)  # type: ignore[arg-type]
+
+
+def test_check_configs_without_spaces_checks_nothing() -> None:
+    check_configs([make_row(config={"BLOCK_V": 3})], spaces=None, where="x")
+    with pytest.raises(InvalidRowError, match="x: row 1"):
+        check_configs([make_row(config={"BLOCK_V": 3})], spaces={KERNEL: SPACE}, where="x")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
@@ -11,10 +12,10 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner, Result
-from sqlalchemy import create_engine, text
 
 from spectune.cli import main
-from spectune.db import open_store, parse_target, read_rows_file, rows_to_json, write_rows_file
+from spectune.db import open_store, read_rows_file, write_rows_file
+from spectune.db._files import rows_to_json
 
 from .conftest import ASSETS, H200, make_row
 
@@ -211,10 +212,10 @@ def _db_with(tmp_path: Path, statement: str) -> str:
     path = str(tmp_path / "altered.db")
     with open_store(path) as store:
         store.record(make_row())
-    engine = create_engine(parse_target(path))
-    with engine.begin() as connection:
-        connection.execute(text(statement))
-    engine.dispose()
+    connection = sqlite3.connect(path)
+    with connection:
+        connection.execute(statement)
+    connection.close()
     return path
 
 

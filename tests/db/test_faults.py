@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 import textwrap
@@ -11,16 +12,10 @@ import time
 from pathlib import Path
 
 import pytest
-from sqlalchemy import text
 
-from spectune.db import (
-    DatabaseError,
-    NotADatabaseError,
-    Source,
-    load_index,
-    open_store,
-    parse_target,
-)
+from spectune.db import DatabaseError, load_index, open_store
+from spectune.db._locations import Source, parse_target
+from spectune.db.errors import NotADatabaseError
 
 from .conftest import KERNEL, KERNEL_HASH, MI300X, SOFTWARE, make_row
 
@@ -33,14 +28,14 @@ _KILLED_WRITER = textwrap.dedent(
     from sqlalchemy.orm import Session
     from spectune.db import open_store
     from spectune.db._models import TunedConfigRecord
-    from spectune.db._store import _values
+    from spectune.db._writer import record_values
     from tests.db.conftest import make_row
 
     store = open_store(sys.argv[1])
     store.record_many([make_row(spec_len=k) for k in range(1, 11)])
     with Session(store._engine) as session, session.begin():
         for k in range(11, 511):
-            session.add(TunedConfigRecord(**_values(make_row(spec_len=k))))
+            session.add(TunedConfigRecord(**record_values(make_row(spec_len=k))))
         session.flush()
         print("in transaction", flush=True)
         time.sleep(120)
@@ -69,8 +64,11 @@ def test_process_killed_mid_transaction_leaves_a_consistent_file(tmp_path: Path)
     with open_store(path, readonly=True) as store:
         assert store.count() == 10
         assert sorted(r.problem.spec_len for r in store.rows()) == list(range(1, 11))
-        with store._engine.connect() as connection:
-            assert connection.execute(text("PRAGMA integrity_check")).scalar() == "ok"
+    connection = sqlite3.connect(path)
+    try:
+        assert connection.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+    finally:
+        connection.close()
     start = time.monotonic()
     with open_store(path) as store:  # the dead writer's lock is gone: no busy wait
         store.record(make_row(spec_len=600))

@@ -7,15 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from spectune.db import (
-    FIELDS,
-    InvalidRowError,
-    read_rows_file,
-    rows_to_json,
-    vllm_file_name,
-    vllm_tables,
-    write_rows_file,
-)
+from spectune.db import read_rows_file, write_rows_file
+from spectune.db._fields import FIELDS
+from spectune.db._files import rows_to_json, vllm_file_name, vllm_tables
+from spectune.db.errors import InvalidRowError
 
 from .conftest import H200, later, make_row
 

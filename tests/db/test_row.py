@@ -1,4 +1,4 @@
-"""TunedRow: checked when built, exact round trips, strict parsing of hostile input."""
+"""TunedRow: checked when built, exact round trips, strict parsing of hostile input; buckets."""
 
 from __future__ import annotations
 
@@ -8,7 +8,10 @@ from typing import Any
 
 import pytest
 
-from spectune.db import FIELDS, KEY_FIELDS, InvalidRowError, Provenance, TunedRow
+from spectune.db import Provenance, TunedRow, batch_bucket
+from spectune.db._fields import FIELDS, KEY_FIELDS
+from spectune.db._row import is_batch_bucket
+from spectune.db.errors import InvalidRowError
 from spectune.identity import DeviceIdentity
 from spectune.promotion import Timing
 
@@ -170,3 +173,37 @@ def test_provenance_round_trip_and_identity() -> None:
     assert Provenance.from_dict(entry.to_dict()) == entry
     assert entry.identity == ("h", "s", T0)
     assert make_row(host="h", study="s").provenance.identity == entry.identity
+
+
+# -- batch buckets: the nearest power of two on a log scale ---------------------------
+
+
+@pytest.mark.parametrize(
+    ("batch", "bucket"),
+    [(1, 1), (2, 2), (3, 4), (4, 4), (5, 4), (6, 8), (8, 8), (11, 8), (12, 16), (22, 16),
+     (23, 32), (24, 32), (45, 32), (46, 64), (1000, 1024), (1448, 1024), (1449, 2048)],
+)  # fmt: skip
+def test_documented_values(batch: int, bucket: int) -> None:
+    assert batch_bucket(batch) == bucket
+
+
+def test_nearest_on_log_scale_without_ties() -> None:
+    for batch in range(1, 20_000):
+        bucket = batch_bucket(batch)
+        assert is_batch_bucket(bucket)
+        distance = abs(math.log2(batch) - math.log2(bucket))
+        for other in (bucket // 2, bucket * 2):
+            if other >= 1:
+                assert distance < abs(math.log2(batch) - math.log2(other)), batch
+
+
+@pytest.mark.parametrize("bad", [0, -4, 2.0, True, "8", None])
+def test_rejects_non_positive_integers(bad: object) -> None:
+    with pytest.raises(ValueError, match="batch"):
+        batch_bucket(bad)  # type: ignore[arg-type]
+
+
+def test_is_batch_bucket() -> None:
+    assert [b for b in range(0, 70) if is_batch_bucket(b)] == [1, 2, 4, 8, 16, 32, 64]
+    assert not is_batch_bucket(True)
+    assert not is_batch_bucket(8.0)

@@ -10,15 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from spectune.db import (
-    HEAD_REVISION,
-    DatabaseError,
-    Source,
-    default_sources,
-    load_index,
-    open_store,
-    shipped_db_path,
-)
+from spectune.db import DatabaseError, default_sources, load_index, open_store
+from spectune.db._locations import Source, shipped_db_path
+from spectune.db._reader import HEAD_REVISION
 
 from .conftest import KERNEL, KERNEL_HASH, MI300X, SOFTWARE, make_row
 

@@ -1,17 +1,35 @@
-"""Store: recording by the promotion rule, reading back exactly, warm-start queries.
+"""Store: recording by the promotion rule, reading back exactly, warm-start queries;
+import and merge: all or nothing, conflicts by the promotion rule, provenance kept.
 
-Every test runs on an embedded SQLite file and on PostgreSQL.
+The store's tests run on an embedded SQLite file and on PostgreSQL.
 """
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 
-from spectune.db import DatabaseError, InvalidRowError, Outcome, Store, open_store
+from spectune.db import (
+    DatabaseError,
+    RecordOutcome,
+    Store,
+    effective_rows,
+    import_rows,
+    merge_databases,
+    open_store,
+    write_rows_file,
+)
+from spectune.db._files import rows_to_json
+from spectune.db._locations import Source, parse_target
+from spectune.db.errors import InvalidRowError, NotADatabaseError
 from spectune.identity import DeviceIdentity
 from spectune.space import Problem
 
-from .conftest import H200, KERNEL, MI300X, SOFTWARE, SPACE, later, make_row
+from .conftest import H200, KERNEL, MI300X, SOFTWARE, SPACE, later, make_row, write_db
+
+SPACES = {KERNEL: SPACE}
 
 
 @pytest.fixture
@@ -35,8 +53,8 @@ def test_new_database_is_empty_and_round_trips_rows(store: Store) -> None:
 
 def test_recording_the_same_measurement_twice_changes_nothing(store: Store) -> None:
     row = make_row()
-    assert store.record(row) is Outcome.INSERTED
-    assert store.record(row) is Outcome.UNCHANGED
+    assert store.record(row) is RecordOutcome.INSERTED
+    assert store.record(row) is RecordOutcome.UNCHANGED
     assert store.rows() == [row]
 
 
@@ -45,7 +63,7 @@ def test_significantly_faster_row_replaces_and_keeps_provenance(store: Store) ->
     new = make_row(p50=9.0, host="node-b", study="s2", tuned_at=later(5),
                    config={"BLOCK_V": 2048, "num_warps": 8})  # fmt: skip
     store.record(old)
-    assert store.record(new) is Outcome.REPLACED
+    assert store.record(new) is RecordOutcome.REPLACED
     (stored,) = store.rows()
     assert stored.config == new.config
     assert stored.tuned == new.tuned
@@ -60,21 +78,21 @@ def test_insignificant_gain_keeps_incumbent_and_both_provenances(store: Store) -
     new = make_row(p50=9.8, spread=0.01, host="node-b", tuned_at=later(5),
                    config={"BLOCK_V": 512, "num_warps": 2})  # fmt: skip
     store.record(old)
-    assert store.record(new) is Outcome.KEPT
+    assert store.record(new) is RecordOutcome.KEPT
     (stored,) = store.rows()
     assert stored.config == old.config
     assert [h.host for h in stored.history] == ["node-b"]
     # Overlapping ranges also keep the incumbent, even at a 5% median gain.
     noisy = make_row(p50=9.5, spread=1.0, host="node-c", tuned_at=later(9))
-    assert store.record(noisy) is Outcome.KEPT
+    assert store.record(noisy) is RecordOutcome.KEPT
     assert [h.host for h in store.rows()[0].history] == ["node-b", "node-c"]
 
 
 def test_min_gain_is_passed_through(store: Store) -> None:
     store.record(make_row(p50=10.0))
     faster = make_row(p50=9.0, spread=0.01, host="b", tuned_at=later(1))
-    assert store.record(faster, min_gain=0.2) is Outcome.KEPT
-    assert store.record(faster, min_gain=0.05) is Outcome.REPLACED
+    assert store.record(faster, min_gain=0.2) is RecordOutcome.KEPT
+    assert store.record(faster, min_gain=0.05) is RecordOutcome.REPLACED
 
 
 def test_duplicate_keys_within_one_batch_are_resolved_in_order(store: Store) -> None:
@@ -136,12 +154,12 @@ def test_reads_do_not_wait_for_a_writer(db_url: str) -> None:
     from sqlalchemy.orm import Session
 
     from spectune.db._models import TunedConfigRecord
-    from spectune.db._store import _values
+    from spectune.db._writer import record_values
 
     with open_store(db_url) as writer, open_store(db_url) as reader:
         writer.record(make_row(batch=1))
         with Session(writer._engine) as session, session.begin():
-            session.add(TunedConfigRecord(**_values(make_row(batch=2))))
+            session.add(TunedConfigRecord(**record_values(make_row(batch=2))))
             session.flush()  # the writer now holds the database's write lock
             start = time.monotonic()
             assert reader.count() == 1
@@ -170,7 +188,7 @@ def test_record_checks_configs_against_given_spaces(store: Store) -> None:
     with pytest.raises(InvalidRowError, match="no search space for kernel family"):
         store.record(make_row(kernel="unknown_kernel"), spaces={KERNEL: SPACE})
     assert store.count() == 0
-    assert store.record(make_row(), spaces={KERNEL: SPACE}) is Outcome.INSERTED
+    assert store.record(make_row(), spaces={KERNEL: SPACE}) is RecordOutcome.INSERTED
 
 
 def test_record_many_rejects_non_rows(store: Store) -> None:
@@ -184,7 +202,119 @@ def test_software_other_than_triton_is_not_part_of_the_key(store: Store) -> None
 
     store.record(make_row())
     newer_torch = make_row(software=replace(SOFTWARE, torch="2.7.0"), host="b", tuned_at=later(1))
-    assert store.record(newer_torch) is Outcome.KEPT
+    assert store.record(newer_torch) is RecordOutcome.KEPT
     other_triton = make_row(software=replace(SOFTWARE, triton="3.3.0"))
-    assert store.record(other_triton) is Outcome.INSERTED
+    assert store.record(other_triton) is RecordOutcome.INSERTED
     assert store.count() == 2
+
+
+# -- import, merge, and what readers see ----------------------------------------------
+
+
+def test_merge_keeps_the_significantly_faster_config_and_all_provenance(
+    db_url: str, tmp_path: Path
+) -> None:
+    slow = make_row(p50=10.0, host="a", study="s-a")
+    fast = make_row(p50=8.0, host="b", study="s-b", tuned_at=later(1),
+                    config={"BLOCK_V": 2048, "num_warps": 8, "waves_per_eu": 0})  # fmt: skip
+    barely = make_row(p50=7.9, spread=0.5, host="c", study="s-c", tuned_at=later(2),
+                      config={"BLOCK_V": 512, "num_warps": 2, "waves_per_eu": 0})  # fmt: skip
+    only_in_b = make_row(batch=64, host="b", study="s-b", tuned_at=later(1))
+    a = write_db(tmp_path / "a.db", [slow])
+    b = write_db(tmp_path / "b.db", [fast, only_in_b])
+    c = write_db(tmp_path / "c.db", [barely])
+    report = merge_databases([a, b, c], into=db_url, spaces=SPACES)
+    assert (report.inserted, report.replaced, report.kept, report.unchanged) == (2, 1, 1, 0)
+    with open_store(db_url, readonly=True) as store:
+        rows = {row.problem.batch: row for row in store.rows()}
+    merged = rows[8]
+    assert merged.config == fast.config  # 20% faster and ranges apart: replaced
+    assert (merged.host, merged.study) == ("b", "s-b")  # c: 1.25% faster, overlapping: kept b
+    assert [(h.host, h.study) for h in merged.history] == [("a", "s-a"), ("c", "s-c")]
+    assert merged.history[0].tuned == slow.tuned
+    assert rows[64] == only_in_b
+    # Merging again changes nothing.
+    again = merge_databases([a, b, c], into=db_url, spaces=SPACES)
+    assert (again.unchanged, again.total) == (4, 4)
+
+
+def test_merge_into_itself_and_order_independence(tmp_path: Path) -> None:
+    slow = make_row(p50=10.0, host="a")
+    fast = make_row(p50=8.0, host="b", tuned_at=later(1),
+                    config={"BLOCK_V": 2048, "num_warps": 8, "waves_per_eu": 0})  # fmt: skip
+    a = write_db(tmp_path / "a.db", [slow])
+    b = write_db(tmp_path / "b.db", [fast])
+    merge_databases([a, b], into=tmp_path / "ab.db")
+    merge_databases([b, a], into=tmp_path / "ba.db")
+    with open_store(tmp_path / "ab.db") as ab, open_store(tmp_path / "ba.db") as ba:
+        assert ab.rows() == ba.rows()
+    assert merge_databases([a], into=a).unchanged == 1
+
+
+def test_merge_refuses_invalid_configs_and_writes_nothing(tmp_path: Path) -> None:
+    good = write_db(tmp_path / "good.db", [make_row()])
+    bad = write_db(tmp_path / "bad.db", [make_row(batch=2),
+                                         make_row(config={"BLOCK_V": 768, "num_warps": 4,
+                                                          "waves_per_eu": 0})])  # fmt: skip
+    dst = tmp_path / "dst.db"
+    with pytest.raises(InvalidRowError, match=r"bad.db: row 2 .*power of two"):
+        merge_databases([good, bad], into=dst, spaces=SPACES)
+    assert not dst.exists()
+
+
+def test_merge_of_a_missing_source_fails_cleanly(tmp_path: Path) -> None:
+    with pytest.raises(NotADatabaseError, match="no database file"):
+        merge_databases([tmp_path / "nope.db"], into=tmp_path / "dst.db")
+    with pytest.raises(ValueError, match="sources"):
+        merge_databases([], into=tmp_path / "dst.db")
+
+
+@pytest.mark.parametrize(
+    ("config", "message"),
+    [
+        ({"BLOCK_V": 1024, "num_warps": 4, "waves_per_eu": 0, "BLOCK_K": 16}, "unknown"),
+        ({"BLOCK_V": 96, "num_warps": 1, "waves_per_eu": 0}, "power of two"),
+    ],
+)
+def test_import_checks_configs_against_the_space(
+    config: dict[str, int], message: str, db_url: str, tmp_path: Path
+) -> None:
+    path = tmp_path / "rows.json"
+    write_rows_file([make_row(batch=1), make_row(config=config)], path, fmt="json")
+    with open_store(db_url) as store:
+        store.record(make_row(batch=128))
+    with pytest.raises(InvalidRowError, match=f"row 2 .*{message}"):
+        import_rows(path, into=db_url, spaces=SPACES)
+    with open_store(db_url, readonly=True) as store:
+        assert [r.problem.batch for r in store.rows()] == [128]  # row 1 was not imported
+
+
+def test_import_rejects_negative_values_before_any_space(tmp_path: Path) -> None:
+    data = json.loads(rows_to_json([make_row()]))
+    data[0]["config"]["num_warps"] = -4
+    path = tmp_path / "rows.json"
+    path.write_text(json.dumps(data))
+    with pytest.raises(InvalidRowError, match="must not be negative"):
+        import_rows(path, into=tmp_path / "dst.db")
+
+
+def test_import_into_the_write_target(tmp_path: Path, db_url: str) -> None:
+    path = tmp_path / "rows.csv"
+    rows = [make_row(batch=b) for b in (1, 2, 4)]
+    write_rows_file(rows, path, fmt="csv")
+    report = import_rows(path, spaces=SPACES)
+    assert report.inserted == 3
+    with open_store(tmp_path / "home" / "spectune.db", readonly=True) as store:
+        assert store.rows() == rows
+    assert import_rows(path, into=db_url).inserted == 3
+
+
+def test_effective_rows_apply_precedence(tmp_path: Path) -> None:
+    first = write_db(tmp_path / "first.db", [make_row(host="first")])
+    second = write_db(tmp_path / "second.db", [make_row(host="second"),
+                                               make_row(batch=16, host="second")])  # fmt: skip
+    sources = [Source(name="one", url=parse_target(first)),
+               Source(name="absent", url=parse_target(str(tmp_path / "none.db"))),
+               Source(name="two", url=parse_target(second))]  # fmt: skip
+    found = [(source.name, row.host, row.problem.batch) for source, row in effective_rows(sources)]
+    assert found == [("one", "first", 8), ("two", "second", 16)]

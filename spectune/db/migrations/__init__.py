@@ -1,1 +1,1 @@
-"""Alembic migrations of the tuned-config database (run by ``spectune.db._schema``)."""
+"""Alembic migrations of the tuned-config database (run by ``spectune.db._writer``)."""

@@ -1,6 +1,6 @@
 """Alembic environment: runs migrations on the connection ``spectune.db`` hands in.
 
-There is no ``alembic.ini``: ``spectune.db._schema.upgrade`` builds the configuration,
+There is no ``alembic.ini``: ``spectune.db._writer.upgrade`` builds the configuration,
 opens the transaction (locked against concurrent writers) and passes its connection
 as ``config.attributes["connection"]``. Offline (SQL script) mode is not supported.
 """

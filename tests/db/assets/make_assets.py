@@ -16,7 +16,7 @@ from alembic import command
 from alembic.config import Config
 from sqlalchemy import create_engine, text
 
-from spectune.db._schema import migrations_dir
+from spectune.db._writer import migrations_dir
 
 ROWS_0001 = [
     # kernel, hash, backend, arch, device, cus, warp, triton, k, batch, vocab, dtype, draft,

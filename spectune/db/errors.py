@@ -1,4 +1,8 @@
-"""The errors ``spectune.db`` raises: one base class, each with a message fit for a user."""
+"""The errors ``spectune.db`` raises: one base class, each with a message fit for a user.
+
+Only :class:`DatabaseError` is re-exported by :mod:`spectune.db`; catch it to handle any
+of them.
+"""
 
 from __future__ import annotations
 
@@ -9,7 +13,6 @@ __all__ = [
     "SchemaError",
     "SchemaTooNewError",
     "SchemaTooOldError",
-    "one_line",
 ]
 
 
@@ -35,14 +38,3 @@ class SchemaTooOldError(SchemaError):
 
 class InvalidRowError(DatabaseError, ValueError):
     """A row (from a file, a database or a caller) is malformed or its config is invalid."""
-
-
-def one_line(error: BaseException | str, *, limit: int = 300) -> str:
-    """The first line of an error's message, printable and at most ``limit`` characters."""
-    lines = str(error).strip().splitlines()
-    if lines:
-        line = lines[0]
-    else:
-        line = type(error).__name__ if isinstance(error, BaseException) else "unknown error"
-    line = "".join(c if c.isprintable() else "?" for c in line)
-    return line if len(line) <= limit else line[: limit - 3] + "..."

@@ -1,4 +1,7 @@
-"""Schema revisions and Alembic migrations, including a checked-in database of revision 0001."""
+"""Schema revisions and Alembic migrations, including a checked-in database of revision 0001.
+
+The tests that may touch the schema use SQLAlchemy directly, as the writers do.
+"""
 
 from __future__ import annotations
 
@@ -14,27 +17,23 @@ from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import create_engine, inspect, text
 
-from spectune.db import (
-    HEAD_REVISION,
-    REVISIONS,
+from spectune.db import load_index, open_store, upgrade_database
+from spectune.db._locations import Source, parse_target
+from spectune.db._models import Base
+from spectune.db._reader import HEAD_REVISION, REVISIONS
+from spectune.db._writer import migrations_dir
+from spectune.db.errors import (
     NotADatabaseError,
     SchemaError,
     SchemaTooNewError,
     SchemaTooOldError,
-    Source,
-    load_index,
-    open_store,
-    parse_target,
-    upgrade_database,
 )
-from spectune.db._models import Base
-from spectune.db._schema import migrations_dir
 
 from .conftest import ASSETS, KERNEL, KERNEL_HASH, MI300X, SOFTWARE, later, make_row
 
 
 def engine_for(target: str):  # type: ignore[no-untyped-def]
-    return create_engine(parse_target(target))
+    return create_engine(parse_target(target).sqlalchemy_url())
 
 
 def test_revisions_are_the_migration_scripts() -> None:

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from spectune.db import ConfigIndex, Source, load_index, parse_target
+from spectune.db import ConfigIndex, load_index
+from spectune.db._locations import Source, parse_target
 from spectune.space import Problem
 
 from .conftest import H200, KERNEL, KERNEL_HASH, MI300X, SOFTWARE, SPACE, make_row, write_db

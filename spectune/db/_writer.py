@@ -1,0 +1,195 @@
+"""Writing a tuned-config database: SQLAlchemy engines, schema creation and upgrades.
+
+SQLite writers use WAL with ``synchronous=NORMAL`` (a killed process never leaves a
+half-written file; committed transactions survive a crash of the process), a busy
+timeout, and ``BEGIN IMMEDIATE`` so concurrent writers queue instead of failing when
+they upgrade a read lock. PostgreSQL writers serialise migrations with an advisory
+lock.
+
+Writers create the schema in an empty database and upgrade an older one (Alembic)
+inside one locked transaction, so concurrent writers and a process killed mid-way leave
+either the old schema or the new one. They judge the schema with the readers' query
+(:func:`spectune.db._reader.schema_state`) run on their own connection. Driver errors
+become the readers' one-line messages (:func:`spectune.db._reader.translate_driver_error`).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import create_engine, event, text
+from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.exc import OperationalError, SQLAlchemyError
+
+from spectune.db._fields import ROW_FIELDS
+from spectune.db._locations import DatabaseURL
+from spectune.db._reader import (
+    BUSY_TIMEOUT_S,
+    CONNECT_TIMEOUT_S,
+    HEAD_REVISION,
+    SchemaState,
+    refuse_foreign,
+    require_current,
+    schema_state,
+    translate_driver_error,
+)
+from spectune.db._row import TunedRow, row_from_stored
+
+__all__ = [
+    "READS_ONLY",
+    "make_engine",
+    "migrations_dir",
+    "record_values",
+    "stored_row",
+    "translate_errors",
+    "upgrade",
+]
+
+#: Execution option marking transactions that only read: SQLite starts them deferred,
+#: so they never wait for (or hold up) a writer.
+READS_ONLY = "spectune_reads_only"
+#: Longest single wait for SQLite's write lock while creating or upgrading the schema.
+_LOCK_POLL_S = 1.0
+_PG_LOCK_KEY = 0x5BEC7E  # pg_advisory_xact_lock key serializing spectune migrations
+
+
+def make_engine(url: DatabaseURL) -> Engine:
+    """A writer's engine for ``url`` (a SQLite file's folder is created if needed)."""
+    if not url.is_sqlite:
+        return create_engine(
+            url.sqlalchemy_url(), connect_args={"connect_timeout": CONNECT_TIMEOUT_S}
+        )
+    Path(url.database or "").absolute().parent.mkdir(parents=True, exist_ok=True)
+    engine = create_engine(url.sqlalchemy_url(), connect_args={"timeout": BUSY_TIMEOUT_S})
+
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_connection, connection_record) -> None:  # type: ignore[no-untyped-def]
+        # Let SQLAlchemy's "begin" event below start transactions, not the driver.
+        dbapi_connection.isolation_level = None
+        cursor = dbapi_connection.cursor()
+        cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute("PRAGMA synchronous=NORMAL")
+        cursor.close()
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(connection) -> None:  # type: ignore[no-untyped-def]
+        reads_only = connection.get_execution_options().get(READS_ONLY, False)
+        connection.exec_driver_sql("BEGIN" if reads_only else "BEGIN IMMEDIATE")
+
+    return engine
+
+
+@contextmanager
+def translate_errors(location: str) -> Iterator[None]:
+    """Turn SQLAlchemy and driver errors inside the block into a one-line ``DatabaseError``."""
+    try:
+        yield
+    except SQLAlchemyError as exc:
+        orig = getattr(exc, "orig", None)
+        raise translate_driver_error(exc if orig is None else orig, location) from None
+    except Exception as exc:  # the schema query runs on the driver's connection
+        if not type(exc).__module__.startswith(("sqlite3", "psycopg")):
+            raise
+        raise translate_driver_error(exc, location) from None
+
+
+def migrations_dir() -> Path:
+    """The Alembic script directory inside the package."""
+    return Path(__file__).resolve().parent / "migrations"
+
+
+def record_values(row: TunedRow) -> dict[str, Any]:
+    """The column values of ``row`` for the ORM model (times as datetimes)."""
+    values = row.to_dict()
+    for field in ROW_FIELDS:
+        if field.kind == "time":
+            values[field.name] = field.read(row)
+    return values
+
+
+def stored_row(record: Any, *, location: str) -> TunedRow:
+    """The row an ORM record holds; ``InvalidRowError`` naming its id if malformed."""
+    values = [getattr(record, field.name) for field in ROW_FIELDS]
+    return row_from_stored(values, where=f"{location}: row id {record.id}")
+
+
+def _state(connection: Connection) -> SchemaState:
+    return schema_state(connection.connection.dbapi_connection)
+
+
+def upgrade(engine: Engine, *, location: str) -> tuple[str | None, str]:
+    """Bring the database to :data:`HEAD_REVISION` (creating the schema when empty).
+
+    Returns:
+        The revision before (``None`` for a new database) and after.
+
+    Raises:
+        NotADatabaseError: it holds another application's tables.
+        SchemaTooNewError: it was written by a newer spectune.
+        SchemaError: it is at the head revision but tables or columns are missing.
+    """
+    # A database already at the head revision is opened without taking the write lock:
+    # in SQLite's WAL mode a reader never waits for writers. When it is not (new, or
+    # older), the write lock is asked for in short waits, reading the revision again
+    # between them: while other processes record rows one transaction after another,
+    # a single long wait for the lock can starve (SQLite's lock is not fair), though
+    # one of them has meanwhile created the schema.
+    sqlite = engine.dialect.name == "sqlite"
+    deadline = time.monotonic() + BUSY_TIMEOUT_S
+    while True:
+        reader = engine.connect().execution_options(**{READS_ONLY: True})
+        with reader as connection, connection.begin():
+            state = _state(connection)
+        if state.revision == HEAD_REVISION:
+            require_current(state, location=location)
+            return HEAD_REVISION, HEAD_REVISION
+        try:
+            return _upgrade_locked(
+                engine, location=location, lock_wait_s=_LOCK_POLL_S if sqlite else None
+            )
+        except (OperationalError, sqlite3.OperationalError) as exc:
+            if not (sqlite and _is_locked(exc) and time.monotonic() < deadline):
+                raise
+
+
+def _upgrade_locked(
+    engine: Engine, *, location: str, lock_wait_s: float | None
+) -> tuple[str | None, str]:
+    """Upgrade under the write lock; on SQLite wait at most ``lock_wait_s`` for it."""
+    with engine.connect() as connection:
+        raw = connection.connection.dbapi_connection
+        if lock_wait_s is not None:  # no transaction yet: the pragma runs before BEGIN
+            raw.execute(f"PRAGMA busy_timeout = {int(lock_wait_s * 1000)}")  # type: ignore[union-attr]
+        try:
+            with connection.begin():
+                if connection.dialect.name == "postgresql":
+                    connection.execute(
+                        text("SELECT pg_advisory_xact_lock(:key)"), {"key": _PG_LOCK_KEY}
+                    )
+                state = _state(connection)
+                refuse_foreign(state, location=location)
+                before = state.revision
+                if before != HEAD_REVISION:
+                    from alembic import command
+                    from alembic.config import Config
+
+                    config = Config()
+                    config.set_main_option("script_location", str(migrations_dir()))
+                    config.attributes["connection"] = connection
+                    command.upgrade(config, HEAD_REVISION)
+                    state = _state(connection)
+                require_current(state, location=location)
+        finally:
+            if lock_wait_s is not None:
+                raw.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")  # type: ignore[union-attr]
+    return before, HEAD_REVISION
+
+
+def _is_locked(exc: BaseException) -> bool:
+    orig = getattr(exc, "orig", exc)
+    return isinstance(orig, sqlite3.OperationalError) and "locked" in str(orig).lower()
