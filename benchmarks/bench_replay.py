@@ -27,16 +27,14 @@ for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
 
 import numpy as np  # noqa: E402
 
+from spectune.autotune import STRATEGIES  # noqa: E402
 from spectune.autotune._strategies import (  # noqa: E402
-    STRATEGIES,
     GPStrategy,
     InterleavedStrategy,
     OptunaStrategy,
     _tpe,
 )
-from spectune.autotune._synthetic import SyntheticSpec, write_synthetic  # noqa: E402
-from spectune.autotune.replay import replay  # noqa: E402
-from spectune.autotune.t4 import load_t4  # noqa: E402
+from spectune.autotune.replay import SyntheticSpec, load_t4, replay, write_synthetic  # noqa: E402
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "tuning-spaces"
 

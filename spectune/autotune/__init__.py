@@ -2,8 +2,10 @@
 
 The engine (:class:`Search`, :func:`search`) proposes one configuration of a
 :class:`~spectune.space.SearchSpace` at a time through an Optuna study, evaluates it with
-an objective that returns an :class:`Outcome`, and records it. ``replay`` benchmarks the
-same engine on fully measured spaces (T4 files).
+an objective that returns an :class:`Outcome`, and records it. A :class:`Strategy` (one
+of :data:`STRATEGIES`, or your own) picks each configuration. The subpackage
+:mod:`spectune.autotune.replay` benchmarks the same engine on fully measured spaces (T4
+files); :mod:`spectune.autotune.sweep` tunes the kernel families on this device.
 """
 
 from __future__ import annotations
@@ -17,15 +19,16 @@ from spectune.autotune._engine import (
     SearchResult,
     search,
 )
-from spectune.autotune._index import SpaceIndex
 from spectune.autotune._outcome import FAILURE_KINDS, Outcome, Status, TrialRecord
-from spectune.autotune._sampler import ProposalContext, Strategy
+from spectune.autotune._space_index import SpaceIndex
 from spectune.autotune._strategies import STRATEGIES
+from spectune.autotune._strategy import History, ProposalContext, Strategy
 
 __all__ = [
     "FAILURE_KINDS",
     "STOP_REASONS",
     "STRATEGIES",
+    "History",
     "Objective",
     "Outcome",
     "ProposalContext",

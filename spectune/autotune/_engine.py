@@ -31,7 +31,6 @@ from optuna.exceptions import UpdateFinishedTrialError
 from optuna.storages import BaseStorage, InMemoryStorage
 from optuna.trial import FrozenTrial, TrialState
 
-from spectune.autotune._index import SpaceIndex
 from spectune.autotune._outcome import Outcome, Status, TrialRecord
 from spectune.autotune._recording import (
     COST_KEY,
@@ -44,7 +43,8 @@ from spectune.autotune._recording import (
     config_of,
     to_record,
 )
-from spectune.autotune._sampler import EXHAUSTED_KEY, SpaceSampler, Strategy
+from spectune.autotune._sampler import EXHAUSTED_KEY, SpaceSampler
+from spectune.autotune._space_index import SpaceIndex
 from spectune.autotune._storage import (
     OWNER_KEY,
     Heartbeat,
@@ -53,6 +53,7 @@ from spectune.autotune._storage import (
     worker_identity,
 )
 from spectune.autotune._strategies import OptunaStrategy, make_strategy
+from spectune.autotune._strategy import Strategy
 from spectune.space import SearchSpace
 
 __all__ = [
@@ -156,7 +157,7 @@ class Search:
         study_name: Name of the study in ``storage``.
         sampler: A strategy name (``auto``, ``gp-ts``, ``tpe+gp-tr``, ``gp-tr``, ``gp``,
             ``tpe``, ``random``; see :data:`~spectune.autotune.STRATEGIES`), a
-            :class:`~spectune.autotune._sampler.Strategy`, or any Optuna sampler (kept
+            :class:`~spectune.autotune.Strategy`, or any Optuna sampler (kept
             inside the space and away from seen configurations by resampling and repair).
         seed: Seed of the strategy.
         warm_start: Configurations evaluated first, in order (a kernel's default, the

@@ -30,7 +30,7 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from spectune.autotune._gp import GaussianProcess, expected_improvement
-from spectune.autotune._sampler import History, ProposalContext, Strategy
+from spectune.autotune._strategy import History, ProposalContext, Strategy
 
 __all__ = [
     "STRATEGIES",

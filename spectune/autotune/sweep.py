@@ -17,15 +17,15 @@ import multiprocessing
 import os
 import socket
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from spectune.autotune._engine import Search, SearchObserver, search
 from spectune.autotune.problems import SweepItem, study_name
-from spectune.autotune.trial import Measurement, TrialRunner
+from spectune.autotune.trial import TrialRunner
 from spectune.identity import DeviceIdentity, SoftwareIdentity, detect_device, detect_software
-from spectune.kernels import FAMILIES, get_family
+from spectune.kernels import family_space, get_family
 from spectune.promotion import Timing, is_significantly_faster
 
 __all__ = ["SweepOptions", "SweepResult", "default_storage", "run_item"]
@@ -128,8 +128,8 @@ def run_item(
         promoted = "no result"
         if best_config is not None:
             # Side by side, in one run: the figures promotion compares and the row keeps.
-            default_t = _timing(runner.timer(lambda: family.launch(runner.inputs, default_config)))
-            best_t = _timing(runner.timer(lambda: family.launch(runner.inputs, best_config)))
+            default_t = runner.timer(lambda: family.launch(runner.inputs, default_config))
+            best_t = runner.timer(lambda: family.launch(runner.inputs, best_config))
             if best_config == default_config:
                 promoted = "default is best"
             elif not is_significantly_faster(best_t, default_t):
@@ -142,7 +142,7 @@ def run_item(
                     trials=len(history), tuning_seconds=time.monotonic() - started,
                     host=socket.gethostname(), study=name,
                 )
-                promoted = store.record(row, spaces=_spaces()).value
+                promoted = store.record(row, spaces=family_space).value
         return SweepResult(
             item=item, study=name, default_config=default_config, default=default_t,
             best_config=best_config, best=best_t, trials=len(history), failed=failed,
@@ -151,18 +151,6 @@ def run_item(
         )
     finally:
         store.close()
-
-
-def _spaces() -> Callable[[str, str], object]:
-    def lookup(kernel: str, backend: str) -> object:
-        family = FAMILIES.get(kernel)
-        return None if family is None else family.search_space(backend)
-
-    return lookup
-
-
-def _timing(m: Measurement) -> Timing:
-    return Timing(p20=m.p20, p50=m.p50, p80=m.p80)
 
 
 # How long the main process waits for its worker processes to be ready (imports).

@@ -12,26 +12,16 @@ import statistics
 import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass
 from typing import Any
 
 from spectune.autotune._outcome import Outcome
+from spectune.identity import CPU_BACKEND, torch_device
 from spectune.kernels import KernelFamily
+from spectune.messages import one_line
+from spectune.promotion import Timing
 from spectune.space import Problem
 
-__all__ = ["Measurement", "TrialRunner", "gpu_time", "wall_time"]
-
-
-@dataclass(frozen=True)
-class Measurement:
-    """Latency quantiles of one configuration, in microseconds."""
-
-    p20: float
-    p50: float
-    p80: float
-
-    def as_attrs(self) -> dict[str, float]:
-        return {"p20_us": self.p20, "p50_us": self.p50, "p80_us": self.p80}
+__all__ = ["TrialRunner", "gpu_time", "wall_time"]
 
 
 class TrialTimeout(Exception):
@@ -83,16 +73,15 @@ class TrialRunner:
         backend: str,
         seed: int = 0,
         time_limit: float | None = 120.0,
-        timer: Callable[[Callable[[], Any]], Measurement] | None = None,
+        timer: Callable[[Callable[[], Any]], Timing] | None = None,
     ) -> None:
         self.family = family
         self.problem = problem
         self.backend = backend
         self.time_limit = time_limit
-        device = "cpu" if backend == "cpu-interpreter" else "cuda"
-        self.inputs = family.make_inputs(problem, seed=seed, device=device)
+        self.inputs = family.make_inputs(problem, seed=seed, device=torch_device(backend))
         self.expected = family.reference(self.inputs)
-        self.timer = timer or (wall_time if backend == "cpu-interpreter" else gpu_time)
+        self.timer = timer or (wall_time if backend == CPU_BACKEND else gpu_time)
 
     def __call__(self, config: Mapping[str, int]) -> Outcome:
         """Compile and run ``config``, gate it against the reference, then time it.
@@ -110,8 +99,13 @@ class TrialRunner:
         except TrialTimeout as exc:
             return Outcome.failed("timeout", str(exc))
         except Exception as exc:  # compile errors, out of resources, launch failures
-            return Outcome.failed(_failure_kind(exc), f"{type(exc).__name__}: {_first_line(exc)}")
-        return Outcome.ok(timing.p50, attrs=timing.as_attrs())
+            return Outcome.failed(_failure_kind(exc), f"{type(exc).__name__}: {one_line(exc)}")
+        return Outcome.ok(timing.p50, attrs=_timing_attrs(timing))
+
+
+def _timing_attrs(timing: Timing) -> dict[str, float]:
+    """The trial user attributes that record ``timing`` (µs quantiles)."""
+    return {"p20_us": timing.p20, "p50_us": timing.p50, "p80_us": timing.p80}
 
 
 def _failure_kind(exc: BaseException) -> str:
@@ -123,12 +117,7 @@ def _failure_kind(exc: BaseException) -> str:
     return "runtime"
 
 
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0][:300] if text else ""
-
-
-def wall_time(fn: Callable[[], Any], *, repeats: int = 5) -> Measurement:
+def wall_time(fn: Callable[[], Any], *, repeats: int = 5) -> Timing:
     """Wall-clock quantiles under the interpreter (honest CPU time, not a GPU figure)."""
     samples = []
     for _ in range(repeats):
@@ -136,12 +125,12 @@ def wall_time(fn: Callable[[], Any], *, repeats: int = 5) -> Measurement:
         fn()
         samples.append((time.perf_counter() - start) * 1e6)
     q = statistics.quantiles(samples, n=10, method="inclusive")
-    return Measurement(p20=q[1], p50=statistics.median(samples), p80=q[7])
+    return Timing(p20=q[1], p50=statistics.median(samples), p80=q[7])
 
 
-def gpu_time(fn: Callable[[], Any]) -> Measurement:
+def gpu_time(fn: Callable[[], Any]) -> Timing:
     """do_bench quantiles on a GPU: warm-up, L2 flushed between runs."""
     import triton.testing
 
     p20, p50, p80 = triton.testing.do_bench(fn, quantiles=[0.2, 0.5, 0.8], warmup=25, rep=100)
-    return Measurement(p20=p20 * 1e3, p50=p50 * 1e3, p80=p80 * 1e3)
+    return Timing(p20=p20 * 1e3, p50=p50 * 1e3, p80=p80 * 1e3)

@@ -9,10 +9,26 @@ from typing import TYPE_CHECKING
 
 import click
 
+from spectune.cli._tuner import LazyChoice, import_tuner, strategy_names
+
 if TYPE_CHECKING:
+    from rich.console import Console
+
     from spectune.autotune.replay import ReplayReport
 
 __all__ = ["replay"]
+
+
+def _one_blas_thread() -> None:
+    # Tiny GP matrices: BLAS threads only contend. Must run before numpy is first
+    # imported, which loading the strategy names (to check --sampler) does.
+    for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ.setdefault(var, "1")
+
+
+def _replay_strategies() -> list[str]:
+    _one_blas_thread()
+    return strategy_names(command="replay")
 
 
 @click.command()
@@ -35,7 +51,8 @@ __all__ = ["replay"]
     "--sampler",
     default="auto",
     show_default=True,
-    help="Engine strategy: auto (= gp-ts), gp-ts, tpe+gp-tr, gp-tr, gp, tpe or random.",
+    type=LazyChoice(_replay_strategies),
+    help="Engine strategy (auto: the recommended one).",
 )
 @click.option("--seed", type=int, default=0, show_default=True, help="Base seed.")
 @click.option(
@@ -73,19 +90,13 @@ def replay(
     the optimum reached (best recorded time / recorded time of the best configuration
     found), beside random search on the same budgets.
     """
-    # Tiny GP matrices: BLAS threads only contend (set before numpy is first imported).
-    for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
-        os.environ.setdefault(var, "1")
+    _one_blas_thread()
+    run_replay = import_tuner("spectune.autotune.replay", command="replay").replay
+    if plot is not None:
+        import_tuner("matplotlib", command="replay")
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 
-    from spectune.autotune import STRATEGIES
-    from spectune.autotune.replay import replay as run_replay
-
-    if sampler not in STRATEGIES:
-        raise click.BadParameter(
-            f"must be one of {', '.join(sorted(STRATEGIES))}", param_hint="--sampler"
-        )
     err = Console(stderr=True)
     with Progress(
         "[progress.description]{task.description}",
@@ -119,7 +130,7 @@ def replay(
         err.print(f"plot written to {plot}")
 
 
-def _table(report: ReplayReport, console: object) -> None:
+def _table(report: ReplayReport, console: Console) -> None:
     from rich.table import Table
 
     title = (
@@ -139,7 +150,7 @@ def _table(report: ReplayReport, console: object) -> None:
             f"{r.random_median_fraction:.3f}",
             f"{r.random_q25_fraction:.3f}-{r.random_q75_fraction:.3f}",
         )
-    console.print(table)  # type: ignore[attr-defined]
+    console.print(table)
 
 
 def _plot(report: ReplayReport, path: Path) -> None:

@@ -1,23 +1,46 @@
-"""``spectune sweep``: tune every requested problem on the current device."""
+"""``spectune sweep``: tune every requested problem on the current device.
+
+Loading this module imports only click: ``spectune --help`` loads every command module.
+"""
 
 from __future__ import annotations
 
 import sys
+from typing import TYPE_CHECKING
 
 import click
+
+from spectune.cli._tuner import LazyChoice, import_tuner, strategy_names
+from spectune.identity import CPU_BACKEND
+from spectune.space import DTYPES
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from spectune.autotune.problems import SweepItem
+    from spectune.autotune.sweep import SweepOptions, SweepResult
 
 __all__ = ["sweep"]
 
 
+def _sweep_strategies() -> list[str]:
+    return strategy_names(command="sweep")
+
+
+def _kernel_names() -> list[str]:
+    return sorted(import_tuner("spectune.kernels", command="sweep").FAMILIES)
+
+
 @click.command()
 @click.option("--kernel", "kernels", multiple=True, default=("rejection_sample",),
-              show_default=True, help="Kernel family (repeatable).")
+              show_default=True, type=LazyChoice(_kernel_names),
+              help="Kernel family (repeatable).")
 @click.option("--spec-lens", default="1-8", show_default=True, help="k values: 1-8 or 1,2,4.")
 @click.option("--batch-sizes", default="1,8,64", show_default=True,
               help="Batch sizes (looked up at their power-of-two bucket).")
 @click.option("--vocab-sizes", default="128256", show_default=True, help="Vocabulary sizes.")
 @click.option("--dtype", "dtypes", multiple=True, default=("float32",), show_default=True,
-              type=click.Choice(["float32", "bfloat16", "float16"]), help="Logits dtype.")
+              type=click.Choice(DTYPES), help="Logits dtype.")
 @click.option("--no-draft-probs", is_flag=True, help="Tune for drafters without probabilities.")
 @click.option("--trials", type=click.IntRange(min=1), default=30, show_default=True,
               help="Evaluations per study.")
@@ -31,7 +54,8 @@ __all__ = ["sweep"]
 @click.option("--workers", type=click.IntRange(min=1), default=1, show_default=True,
               help="Processes sharing each study.")
 @click.option("--sampler", default="auto", show_default=True,
-              help="Search strategy: auto (= gp-ts), gp-ts, tpe+gp-tr, gp-tr, gp, tpe or random.")
+              type=LazyChoice(_sweep_strategies),
+              help="Search strategy (auto: the recommended one).")
 @click.option("--seed", default=0, show_default=True, help="Seed of inputs and sampler.")
 def sweep(
     kernels: tuple[str, ...], spec_lens: str, batch_sizes: str, vocab_sizes: str,
@@ -46,23 +70,19 @@ def sweep(
     only when faster than the current row or the default by the promotion rule.
     Ctrl-C stops cleanly: finished trials are kept, and a rerun resumes.
     """
-    import optuna
+    optuna = import_tuner("optuna", command="sweep")
+    import_tuner("spectune.autotune.sweep", command="sweep")
     from rich.console import Console
 
     from spectune.autotune.problems import parse_int_list, sweep_items
     from spectune.autotune.sweep import SweepOptions, default_storage
     from spectune.db import DatabaseError, batch_bucket
     from spectune.identity import detect_device
-    from spectune.kernels import FAMILIES
 
     # The progress bars say what Optuna's per-trial INFO lines would.
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     console = Console(stderr=True)
     try:
-        for name in kernels:
-            if name not in FAMILIES:
-                raise ValueError(f"--kernel: unknown kernel family {name!r}; "
-                                 f"known: {sorted(FAMILIES)}")
         batches = parse_int_list(batch_sizes, name="--batch-sizes")
         buckets = sorted({batch_bucket(b) for b in batches})
         if buckets != batches:
@@ -80,7 +100,7 @@ def sweep(
     device = detect_device()
     console.print(f"[bold]device[/]: {device.describe()}")
     console.print(f"[bold]studies[/]: {len(items)} in {options.storage}")
-    if device.backend == "cpu-interpreter":
+    if device.backend == CPU_BACKEND:
         console.print("[yellow]timings are Triton-interpreter wall time on CPU, not GPU "
                       "figures[/]")
     try:
@@ -94,13 +114,13 @@ def sweep(
     _print_table(results)
 
 
-def _run(items, options, console):  # type: ignore[no-untyped-def]
+def _run(items: list[SweepItem], options: SweepOptions, console: Console) -> list[SweepResult]:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from spectune.autotune._engine import SearchObserver
+    from spectune.autotune import Search, SearchObserver, SearchProgress
     from spectune.autotune.sweep import run_item
 
-    results = []
+    results: list[SweepResult] = []
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                TimeElapsedColumn(), TextColumn("{task.fields[best]}"))
     with Progress(*columns, console=console, transient=False) as progress:
@@ -110,10 +130,12 @@ def _run(items, options, console):  # type: ignore[no-untyped-def]
             def __init__(self, task: int) -> None:
                 self.task = task
 
-            def on_start(self, search, *, evaluations, max_evals):  # type: ignore[no-untyped-def]
+            def on_start(
+                self, search: Search, *, evaluations: int, max_evals: int | None
+            ) -> None:
                 progress.update(self.task, completed=evaluations, total=max_evals)
 
-            def on_trial(self, p):  # type: ignore[no-untyped-def]
+            def on_trial(self, p: SearchProgress) -> None:
                 best = f"best {p.best.time:.1f} us" if p.best and p.best.time else ""
                 progress.update(self.task, completed=p.evaluations, best=best)
 
@@ -127,7 +149,7 @@ def _run(items, options, console):  # type: ignore[no-untyped-def]
     return results
 
 
-def _print_table(results) -> None:  # type: ignore[no-untyped-def]
+def _print_table(results: list[SweepResult]) -> None:
     from rich.console import Console
     from rich.table import Table
 

@@ -9,9 +9,16 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from spectune.autotune._synthetic import SyntheticSpec, write_synthetic
-from spectune.autotune.replay import engine_run, random_run, replay
-from spectune.autotune.t4 import load_t4, write_t4
+from spectune.autotune import STRATEGIES
+from spectune.autotune.replay import (
+    SyntheticSpec,
+    engine_run,
+    load_t4,
+    random_run,
+    replay,
+    write_synthetic,
+    write_t4,
+)
 from spectune.cli import main
 
 SMALL = SyntheticSpec(
@@ -70,8 +77,10 @@ def test_table_and_plot(small_file: Path, tmp_path: Path) -> None:
 
 def test_cli_rejects_unknown_sampler(small_file: Path) -> None:
     result = CliRunner().invoke(main, ["replay", str(small_file), "--sampler", "annealing"])
-    assert result.exit_code != 0
+    assert result.exit_code == 2  # a usage error, before anything runs
     assert "--sampler" in result.output
+    assert "'annealing' is not one of" in result.output
+    assert all(repr(name) in result.output for name in STRATEGIES)
 
 
 def test_engine_beats_random_and_reaches_the_optimum(small_file: Path) -> None:

@@ -8,9 +8,8 @@ import numpy as np
 import optuna
 import pytest
 
-from spectune.autotune import Outcome, SpaceIndex, search
+from spectune.autotune import History, Outcome, ProposalContext, SpaceIndex, search
 from spectune.autotune._gp import GaussianProcess
-from spectune.autotune._sampler import History, ProposalContext
 from spectune.autotune._strategies import STRATEGIES, GPStrategy, make_strategy
 from spectune.space import Param, SearchSpace
 

@@ -15,7 +15,8 @@ from spectune.autotune.trial import TrialRunner
 from spectune.cli import main
 from spectune.db import open_store
 from spectune.identity import detect_device
-from spectune.kernels import FAMILIES
+from spectune.kernels import FAMILIES, KernelFamily
+from spectune.promotion import Timing
 from spectune.space import Problem
 from tests.autotune.toy_family import ToySumFamily
 
@@ -48,6 +49,16 @@ def test_trial_gate_times_only_exact_configs() -> None:
     broken = runner({"BLOCK": 3, "BUG": 0})
     assert broken.status.value == "fail"
     assert "power of 2" in broken.message
+    assert "\n" not in broken.message  # one line: the error's first
+    timing = runner.timer(lambda: TOY.launch(runner.inputs, {"BLOCK": 64, "BUG": 0}))
+    assert isinstance(timing, Timing) and timing.p20 <= timing.p50 <= timing.p80
+
+
+def test_toy_family_is_a_kernel_family() -> None:
+    assert isinstance(TOY, KernelFamily)
+    for problem in (PROBLEM, Problem(spec_len=3, batch=1, vocab=7, dtype="float16",
+                                     draft_probs=False)):
+        assert TOY.problem_of(TOY.make_inputs(problem, seed=0)) == problem
 
 
 def test_sweep_promotes_the_fastest_exact_config(toy_registered, places) -> None:
@@ -105,16 +116,6 @@ def test_cli_sweep_real_kernel_tiny_shape(places) -> None:
     store = open_store(places["db"])
     for row in store.rows():
         FAMILIES["rejection_sample"].search_space("cpu-interpreter").validate(row.config)
-
-
-def test_bad_sweep_arguments_are_usage_errors(places) -> None:
-    runner = CliRunner()
-    for args, fragment in ((["--spec-lens", "3-1"], "--spec-lens"),
-                           (["--kernel", "nope"], "unknown kernel"),
-                           (["--batch-sizes", "x"], "--batch-sizes")):
-        result = runner.invoke(main, ["sweep", *args, "--db", places["db"]])
-        assert result.exit_code == 2, result.output
-        assert fragment in result.output
 
 
 def test_problem_helpers() -> None:

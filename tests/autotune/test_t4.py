@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from spectune.autotune.t4 import load_t4, write_t4
+from spectune.autotune.replay import load_t4, write_t4
 
 
 def _rows():  # type: ignore[no-untyped-def]

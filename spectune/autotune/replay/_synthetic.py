@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from spectune.autotune.t4 import write_t4
+from spectune.autotune.replay._t4 import write_t4
 
 __all__ = ["SyntheticSpec", "make_synthetic", "write_synthetic"]
 

@@ -1,12 +1,11 @@
-"""Replay: benchmark the search engine on a recorded, fully measured space.
+"""Replay runs: the search engine and random search answered from a recorded space.
 
-Each proposal of the engine is answered from a T4 file (see :mod:`spectune.autotune.t4`):
-the recorded mean time, or with ``noisy`` one recorded run drawn at random, charged with
-the recorded compile time. Failed configurations are failed trials. After ``b``
-evaluations the score of a run is the *fraction of the optimum*: best recorded time of
-the space divided by the recorded mean time of the configuration the search holds as
-best (the one with the lowest time it observed). Random search, drawing configurations
-of the file uniformly without replacement (failures included), is the baseline.
+Each proposal of the engine is answered from a T4 file (a
+:class:`~spectune.autotune.replay.RecordedSpace`): the recorded mean time, or with
+``noisy`` one recorded run drawn at random, charged with the recorded compile time.
+Failed configurations are failed trials. Random search, drawing configurations of the
+file uniformly without replacement (failures included), is the baseline. Both are scored
+as fractions of the optimum (:func:`~spectune.autotune.replay.fraction_curve`).
 
 The engine's strategies are anytime (none looks at the budget), so the score after
 ``b`` evaluations of one run of ``max(budgets)`` evaluations is the score of a run of
@@ -20,7 +19,6 @@ import multiprocessing
 import os
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -28,102 +26,17 @@ import numpy as np
 import optuna
 
 from spectune.autotune._engine import Search
-from spectune.autotune._index import SpaceIndex
 from spectune.autotune._outcome import Outcome
-from spectune.autotune._sampler import Strategy
+from spectune.autotune._space_index import SpaceIndex
 from spectune.autotune._strategies import STRATEGIES
-from spectune.autotune.t4 import RecordedSpace, load_t4
+from spectune.autotune._strategy import Strategy
+from spectune.autotune.replay._scores import ReplayReport, budget_results, fraction_curve
+from spectune.autotune.replay._t4 import RecordedSpace, load_t4
 
-__all__ = [
-    "BUDGETS",
-    "BudgetResult",
-    "ReplayReport",
-    "engine_run",
-    "random_run",
-    "replay",
-]
+__all__ = ["StrategyFactory", "engine_run", "random_run", "replay"]
 
 #: Builds a strategy from a seed.
 StrategyFactory = Callable[[int], Strategy]
-
-#: Budgets reported, up to the requested one.
-BUDGETS = (10, 20, 50, 100, 200)
-
-
-@dataclass(frozen=True)
-class BudgetResult:
-    """Scores at one budget over all seeds.
-
-    Attributes:
-        budget: Evaluations.
-        median_fraction: Median fraction of the optimum reached by the engine.
-        q25_fraction: Its lower quartile.
-        q75_fraction: Its upper quartile.
-        random_median_fraction: Median fraction reached by random search.
-        random_q25_fraction: Random search's lower quartile.
-        random_q75_fraction: Random search's upper quartile.
-    """
-
-    budget: int
-    median_fraction: float
-    q25_fraction: float
-    q75_fraction: float
-    random_median_fraction: float
-    random_q25_fraction: float
-    random_q75_fraction: float
-
-
-@dataclass(frozen=True)
-class ReplayReport:
-    """The outcome of :func:`replay`.
-
-    Attributes:
-        file: The T4 file replayed.
-        optimum: Best recorded time among correct configurations.
-        sampler: The engine's strategy.
-        repeats: Seeds per budget.
-        noisy: Whether answers were single recorded runs.
-        results: One entry per budget.
-        engine_curves: Fraction of the optimum after each evaluation, one row per seed.
-        random_curves: The same for random search.
-        engine_seconds: Seconds the engine was charged per run (with ``noisy``, the
-            recorded compile times and runtimes), plus its own time; one per seed.
-    """
-
-    file: str
-    optimum: float
-    sampler: str
-    repeats: int
-    noisy: bool
-    results: tuple[BudgetResult, ...]
-    engine_curves: np.ndarray
-    random_curves: np.ndarray
-    engine_seconds: np.ndarray
-
-    def to_json(self) -> dict[str, Any]:
-        """The ``--json`` document of ``spectune replay``."""
-        return {
-            "file": self.file,
-            "optimum": self.optimum,
-            "results": [
-                {
-                    "budget": r.budget,
-                    "median_fraction": r.median_fraction,
-                    "q25_fraction": r.q25_fraction,
-                    "q75_fraction": r.q75_fraction,
-                    "random_median_fraction": r.random_median_fraction,
-                }
-                for r in self.results
-            ],
-        }
-
-
-def budgets_up_to(budget: int) -> list[int]:
-    """The reported budgets up to ``budget`` (``budget`` itself included)."""
-    out = [b for b in BUDGETS if b <= budget]
-    if budget not in out:
-        out.append(budget)
-    return out
 
 
 def replay(
@@ -202,28 +115,13 @@ def replay(
 
     curves = np.vstack([c for c, _ in engine])
     rcurves = np.vstack(randoms)
-    results = []
-    for b in budgets_up_to(budget):
-        e = curves[:, b - 1]
-        r = rcurves[:, b - 1]
-        results.append(
-            BudgetResult(
-                budget=b,
-                median_fraction=float(np.median(e)),
-                q25_fraction=float(np.quantile(e, 0.25)),
-                q75_fraction=float(np.quantile(e, 0.75)),
-                random_median_fraction=float(np.median(r)),
-                random_q25_fraction=float(np.quantile(r, 0.25)),
-                random_q75_fraction=float(np.quantile(r, 0.75)),
-            )
-        )
     return ReplayReport(
         file=str(recorded if not isinstance(recorded, RecordedSpace) else recorded.name),
         optimum=space.optimum,
         sampler=sampler if isinstance(sampler, str) else getattr(sampler, "name", repr(sampler)),
         repeats=repeats,
         noisy=noisy,
-        results=tuple(results),
+        results=budget_results(curves, rcurves, budget=budget),
         engine_curves=curves,
         random_curves=rcurves,
         engine_seconds=np.array([s for _, s in engine]),
@@ -239,8 +137,20 @@ def engine_run(
     noisy: bool = False,
     index: SpaceIndex | None = None,
 ) -> tuple[np.ndarray, float]:
-    """One engine run: the fraction of the optimum after each evaluation, and the
-    recorded seconds charged."""
+    """One engine run on a recorded space.
+
+    Args:
+        space: The recorded space.
+        budget: Evaluations.
+        sampler: A strategy name or a factory taking the seed.
+        seed: Seed of the strategy and of the noisy answers.
+        noisy: Answer with one recorded run instead of the mean, charging the recorded
+            compile time and runtime.
+        index: The space's enumeration, to reuse one across runs.
+
+    Returns:
+        The fraction of the optimum after each evaluation, and the seconds charged.
+    """
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     rng = np.random.default_rng(seed)
     observed: list[tuple[float, float]] = []  # (observed time, recorded mean) per evaluation
@@ -259,12 +169,23 @@ def engine_run(
     strategy = sampler if isinstance(sampler, str) else sampler(seed)
     engine = Search(space=index or space.space, sampler=strategy, seed=seed)
     result = engine.run(objective, max_evals=budget)
-    return _curve(observed, space.optimum, budget), float(result.spent)
+    return fraction_curve(observed, optimum=space.optimum, budget=budget), float(result.spent)
 
 
 def random_run(space: RecordedSpace, *, budget: int, seed: int, noisy: bool = False) -> np.ndarray:
-    """Random search without replacement over the recorded configurations (failures
-    included): the fraction of the optimum after each evaluation."""
+    """Random search without replacement over the recorded configurations.
+
+    Failures are drawn too, and charged as evaluations.
+
+    Args:
+        space: The recorded space.
+        budget: Evaluations.
+        seed: Seed of the draw order and of the noisy answers.
+        noisy: Answer with one recorded run instead of the mean.
+
+    Returns:
+        The fraction of the optimum after each evaluation.
+    """
     rng = np.random.default_rng([seed, 1])
     records = list(space.records.values())
     order = rng.permutation(len(records))[:budget]
@@ -275,28 +196,13 @@ def random_run(space: RecordedSpace, *, budget: int, seed: int, noisy: bool = Fa
             observed.append((math.inf, math.inf))
         else:
             observed.append((_answer(record.time, record.runtimes, rng, noisy), record.time))
-    return _curve(observed, space.optimum, budget)
+    return fraction_curve(observed, optimum=space.optimum, budget=budget)
 
 
 def _answer(mean: float, runtimes: Sequence[float], rng: np.random.Generator, noisy: bool) -> float:
     if noisy and runtimes:
         return float(runtimes[int(rng.integers(len(runtimes)))])
     return mean
-
-
-def _curve(observed: Sequence[tuple[float, float]], optimum: float, budget: int) -> np.ndarray:
-    """Fraction of the optimum after each of ``budget`` evaluations; a run that ended
-    early (exhausted space) keeps its last value."""
-    out = np.zeros(budget)
-    best_seen = math.inf
-    held = math.inf  # recorded mean of the config held as best
-    for i in range(budget):
-        if i < len(observed):
-            seen, mean = observed[i]
-            if seen < best_seen:
-                best_seen, held = seen, mean
-        out[i] = optimum / held if math.isfinite(held) else 0.0
-    return out
 
 
 def _failure_kind(status: str) -> str:
