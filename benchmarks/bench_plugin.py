@@ -5,13 +5,13 @@ Startup (goal <= 50 ms): in fresh processes, after vLLM's own imports, the time 
 identify the device, load a database of ``--rows`` tuned rows (all usable here: every
 row is validated and indexed, the worst case), install the routing. Reported in parts:
 importing spectune's kernels, importing ``spectune.db`` (no SQLAlchemy: SQLite files are
-read with ``sqlite3``), loading + routing.
+read with ``sqlite3``), loading + routing (the worker hook, :mod:`spectune.vllm._hook`).
 
 Per call: on one process, with the router configured from that database, the host
 work the plugin adds to a verification call (the per-shape config lookup and the
 launch preparation: greedy mask, random inputs drawn as vLLM draws them), and a routed
 call against calling ``spectune.kernels.rejection_sample`` directly with the same
-prepared arguments.
+prepared inputs.
 
     TRITON_INTERPRET=1 python benchmarks/bench_plugin.py             # CPU host
     python benchmarks/bench_plugin.py --json out.json                # on a GPU
@@ -89,40 +89,39 @@ def child_startup() -> dict[str, float]:
     current_platform.register_triton_kernel_overrides()  # vLLM's own worker step
     ms: dict[str, float] = {}
     start = time.perf_counter()
-    from spectune import vllm_plugin
+    import spectune.vllm
+    from spectune.vllm import _hook
 
-    vllm_plugin.register()
+    spectune.vllm.register()
     ms["register"] = (time.perf_counter() - start) * 1e3
     mark = time.perf_counter()
     import spectune.kernels
 
     ms["import_kernels"] = (time.perf_counter() - mark) * 1e3
     mark = time.perf_counter()
-    import spectune.db  # noqa: F401
+    import spectune.db
 
     ms["import_db"] = (time.perf_counter() - mark) * 1e3
     mark = time.perf_counter()
-    vllm_plugin._on_worker_init(None, at_first_call=False)  # after the platform's overrides
+    _hook.on_worker_init(None, at_first_call=False)  # after the platform's overrides
     ms["load_and_route"] = (time.perf_counter() - mark) * 1e3
     ms["total"] = (time.perf_counter() - start) * 1e3
-    router = vllm_plugin._STATE.router
+    router = _hook.STATE.router
     if router is None or not router.installed:
         raise SystemExit("the plugin did not route: check SPECTUNE_DB and TRITON_INTERPRET")
     # Parts of load_and_route, timed again: the database load alone, and (CPU only)
     # pointing vLLM's expand override at ours.
-    from vllm.triton_utils import dispatcher
-
-    from spectune.identity import detect_device, detect_software
+    from spectune.vllm._configs import TunedConfigs
 
     mark = time.perf_counter()
-    configs = vllm_plugin._load_configs(detect_device(), detect_software())
+    configs = TunedConfigs.load()
     ms["of_which_db_load"] = (time.perf_counter() - mark) * 1e3
     if configs.usable == 0:
         raise SystemExit("no usable rows loaded")
     if current_platform.is_cpu():
-        router.uninstall(dispatcher)
+        router.uninstall()
         mark = time.perf_counter()
-        router.route_expand(dispatcher)
+        router.route_expand()
         ms["of_which_cpu_expand_registration"] = (time.perf_counter() - mark) * 1e3
     return ms
 
@@ -140,26 +139,28 @@ def child_startup_gpu_path() -> dict[str, float]:
     current_platform.register_triton_kernel_overrides()
     ms: dict[str, float] = {}
     start = time.perf_counter()
-    from spectune import vllm_plugin
+    import spectune.vllm
+    from spectune.vllm import _hook
 
-    vllm_plugin.register()
+    spectune.vllm.register()
     ms["register"] = (time.perf_counter() - start) * 1e3
     mark = time.perf_counter()
-    vllm_plugin._on_worker_init(None, at_first_call=True)
+    _hook.on_worker_init(None, at_first_call=True)
     ms["worker_init"] = (time.perf_counter() - mark) * 1e3
-    prefetch = vllm_plugin._STATE.prefetch
+    prefetch = _hook.STATE.prefetch
     if prefetch is None:
         raise SystemExit("no prefetch thread: the plugin did not install")
     prefetch.join()
     ms["background_imports"] = (time.perf_counter() - mark) * 1e3
-    from spectune.identity import detect_device, detect_software
+    from spectune.vllm._configs import TunedConfigs
 
-    router = vllm_plugin._STATE.router
+    router = _hook.STATE.router
     assert router is not None
+    # What the first call does (Router.activate), less the log line and the CPU-only
+    # expand step: identify the device, load the configs, configure the router.
     mark = time.perf_counter()
-    identity = detect_device()
-    configs = vllm_plugin._load_configs(identity, detect_software())
-    router.configure(configs.lookup, identity.backend)
+    configs = TunedConfigs.load()
+    router.configure(configs)
     ms["first_call_load"] = (time.perf_counter() - mark) * 1e3
     if configs.usable == 0:
         raise SystemExit("no usable rows loaded")
@@ -173,17 +174,19 @@ def child_calls(calls: int) -> dict[str, float]:
     import vllm._custom_ops  # noqa: F401
     import vllm.v1.sample.rejection_sampler as rs
 
-    from spectune import vllm_plugin
-    from spectune._vllm_route import vllm_random_inputs
-    from spectune._vllm_selftest import make_sampling_metadata
-    from spectune.identity import detect_device, detect_software
-    from spectune.kernels import rejection_sample
+    from spectune.identity import torch_device
+    from spectune.kernels import get_family
+    from spectune.vllm._configs import TunedConfigs
+    from spectune.vllm._hook import new_router
+    from spectune.vllm._settings import RNG_VLLM
+    from spectune.vllm._v1_router import vllm_random_inputs
+    from spectune.vllm.doctor import make_sampling_metadata
 
-    identity = detect_device()
-    device = torch.device("cpu" if identity.backend == "cpu-interpreter" else "cuda")
-    configs = vllm_plugin._load_configs(identity, detect_software())
-    router = vllm_plugin._router(rs)
-    router.configure(configs.lookup, identity.backend)
+    configs = TunedConfigs.load()
+    device = torch.device(torch_device(configs.backend))
+    router = new_router(rs, rng=RNG_VLLM)
+    router.configure(configs)
+    family = get_family(router.kernel)
     gen = torch.Generator().manual_seed(0)
     counts, vocab, k = [3, 3, 3, 3], 32064, 3  # a shape the database has (batch 4)
     n = sum(counts)
@@ -210,9 +213,8 @@ def child_calls(calls: int) -> dict[str, float]:
 
     out: dict[str, float] = {"usable_configs": float(configs.usable)}
     greedy_md, random_md = metadata(True), metadata(False)
-    router.prepare(*args, greedy_md)  # first call: the one database lookup for the shape
-    out["config_lookup_cached_us"] = per_call_us(
-        lambda: router.config_for(k, 4, vocab, torch.float32, False), calls * 10)
+    inputs, _ = router.prepare(*args, greedy_md)  # first call: the one database lookup
+    out["config_lookup_cached_us"] = per_call_us(lambda: router.config_for(inputs), calls * 10)
     out["prepare_greedy_us"] = per_call_us(lambda: router.prepare(*args, greedy_md), calls)
     out["prepare_random_us"] = per_call_us(lambda: router.prepare(*args, random_md), calls)
     out["vllm_random_draws_us"] = per_call_us(
@@ -221,18 +223,15 @@ def child_calls(calls: int) -> dict[str, float]:
     # The kernel wrapper's own host-side checks on every call (spectune.kernels).
     from spectune.kernels import rejection as kernel_module
 
-    launch_args, launch_kwargs = router.prepare(*args, greedy_md)
+    inputs, config = router.prepare(*args, greedy_md)
     check = getattr(kernel_module, "_check_inputs", None)
     if check is not None:
-        checked = {"is_greedy": None, "uniform_probs": None, "inv_q": None, "seeds": None,
-                   **{k: v for k, v in launch_kwargs.items() if k != "config"}}
-        out["kernel_wrapper_checks_us"] = per_call_us(lambda: check(*launch_args, **checked),
-                                                      calls)
+        out["kernel_wrapper_checks_us"] = per_call_us(
+            lambda: check(*inputs.args(), **inputs.kwargs(), validate=False), calls)
     out["kernel_wrapper_config_validation_us"] = per_call_us(
-        lambda: kernel_module.search_space(identity.backend).validate(launch_kwargs["config"]),
-        calls)
+        lambda: family.search_space(configs.backend).validate(config), calls)
 
-    # Routed call vs the kernel called directly with the same prepared arguments.
+    # Routed call vs the kernel family launched directly with the same prepared inputs.
     routed, direct = [], []
     for _ in range(max(calls // 10, 5)):
         start = time.perf_counter()
@@ -241,7 +240,7 @@ def child_calls(calls: int) -> dict[str, float]:
             torch.cuda.synchronize()
         routed.append(time.perf_counter() - start)
         start = time.perf_counter()
-        rejection_sample(*launch_args, **launch_kwargs)
+        family.launch(inputs, config)
         if device.type == "cuda":
             torch.cuda.synchronize()
         direct.append(time.perf_counter() - start)

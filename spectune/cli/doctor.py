@@ -24,15 +24,16 @@ def doctor(as_json: bool, self_test: bool) -> None:
     checks what holds for every engine; whether an engine uses speculative decoding and
     vLLM's V1 model runner is decided when it starts (the plugin logs it then).
     """
-    from spectune import vllm_plugin
+    from spectune.vllm import doctor as checks
+    from spectune.vllm import routed_calls
 
-    diagnosis = vllm_plugin.diagnose()
-    test = vllm_plugin.self_test() if self_test and diagnosis.would_route else None
+    diagnosis = checks.diagnose()
+    test = checks.self_test() if self_test and diagnosis.would_route else None
     if as_json:
         report = {
             **asdict(diagnosis),
             "self_test": None if test is None else asdict(test),
-            "routed_calls": vllm_plugin.routed_calls(),
+            "routed_calls": routed_calls(),
         }
         click.echo(json_module.dumps(report))
         return
@@ -54,4 +55,4 @@ def doctor(as_json: bool, self_test: bool) -> None:
     if test is not None:
         status = "[green]passed[/]" if test.ok else "[red]FAILED[/]"
         console.print(f"[bold]self-test[/]: {status}: {test.detail}")
-        console.print(f"[bold]routed calls in this process[/]: {vllm_plugin.routed_calls()}")
+        console.print(f"[bold]routed calls in this process[/]: {routed_calls()}")

@@ -66,7 +66,7 @@ def build_model(path: str | Path, *, seed: int = 0) -> Path:
 
 def worker_report(worker: Any) -> dict[str, int]:
     """Runs inside vLLM's worker (``collective_rpc``): its pid and routed calls."""
-    from spectune.vllm_plugin import routed_calls
+    from spectune.vllm import routed_calls
 
     return {"pid": os.getpid(), "routed_calls": routed_calls()}
 
@@ -83,7 +83,7 @@ def run_engine(run: dict[str, Any]) -> dict[str, Any]:
     from vllm import LLM, SamplingParams
     from vllm.inputs import TokensPrompt
 
-    from spectune.vllm_plugin import routed_calls
+    from spectune.vllm import routed_calls
 
     spec = {}
     if run.get("spec"):

@@ -10,7 +10,7 @@ import pytest
 from click.testing import CliRunner
 
 from spectune.cli import main
-from spectune.vllm_plugin import routed_calls
+from spectune.vllm import routed_calls
 from tests.vllm.conftest import needs_kernels
 
 pytestmark = [pytest.mark.vllm]

@@ -18,23 +18,24 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import torch
 import vllm._custom_ops  # noqa: F401  (loads vLLM's C++ ops)
 from vllm.engine.arg_utils import EngineArgs
 from vllm.platforms.cpu import CpuPlatform
 from vllm.plugins import DEFAULT_PLUGINS_GROUP, load_plugins_by_group
-from vllm.triton_utils import dispatcher
 from vllm.v1.sample import rejection_sampler as rs
 
-from spectune import vllm_plugin
-from spectune._vllm_route import expand_kernel
+import spectune.vllm
 from spectune.db import TunedRow, open_store
 from spectune.identity import detect_device, detect_software
 from spectune.kernels import get_family
 from spectune.promotion import Timing
 from spectune.space import Problem
+from spectune.vllm import _hook as hook
+from spectune.vllm._configs import TunedConfigs
+from spectune.vllm._settings import vllm_supported
+from spectune.vllm._v1_router import expand_kernel
 from tests.vllm.conftest import needs_kernels
-from tests.vllm.test_route import call, make_batch
+from tests.vllm.test_route import call, inputs_of, make_batch
 
 pytestmark = [pytest.mark.vllm]
 
@@ -49,6 +50,13 @@ def _clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
         monkeypatch.delenv(name, raising=False)
     # Never read the developer's own user database.
     monkeypatch.setenv("SPECTUNE_USER_DB", str(tmp_path / "absent-user.db"))
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _cpu_fallbacks() -> None:
+    """vLLM's own kernels on this host, as a worker has them before our hook runs: the CPU
+    platform's C++ fallbacks (whatever tests ran before, or none)."""
+    hook.platform_overrides_only()
 
 
 @pytest.fixture
@@ -109,10 +117,10 @@ def worker_state() -> Iterator[None]:
     original = rs.rejection_sample
     assert getattr(original, "__self__", None) is None  # vLLM's own function
     yield
-    router = vllm_plugin._STATE.router
+    router = hook.STATE.router
     if router is not None:
-        router.uninstall(dispatcher)
-        router.reset()
+        router.uninstall()
+        hook.STATE.router = None
     assert rs.rejection_sample is original
 
 
@@ -128,8 +136,8 @@ def messages(records: list[logging.LogRecord], level: int) -> list[str]:
 def test_entry_point_is_discoverable() -> None:
     found = [ep for ep in entry_points(group=DEFAULT_PLUGINS_GROUP) if ep.name == "spectune"]
     assert len(found) == 1
-    assert found[0].value == "spectune.vllm_plugin:register"
-    assert found[0].load() is vllm_plugin.register
+    assert found[0].value == "spectune.vllm:register"
+    assert found[0].load() is spectune.vllm.register
 
 
 @pytest.mark.parametrize(
@@ -144,7 +152,7 @@ def test_vllm_plugins_filtering(
     plugins = load_plugins_by_group(DEFAULT_PLUGINS_GROUP)
     assert ("spectune" in plugins) is loaded
     if loaded:
-        assert plugins["spectune"] is vllm_plugin.register
+        assert plugins["spectune"] is spectune.vllm.register
 
 
 _PROBE = """
@@ -159,18 +167,19 @@ from vllm.platforms import current_platform
 load_general_plugins()
 hook = getattr(type(current_platform).register_triton_kernel_overrides, "__func__", None)
 print("PROBE " + json.dumps({
-    "imported": "spectune.vllm_plugin" in sys.modules,
+    "imported": "spectune.vllm" in sys.modules,
     "hooked": bool(getattr(hook, "_spectune_worker_hook", False)),
     "log": records,
 }))
 """
 
 
-def _probe(env: dict[str, str]) -> dict[str, Any]:
-    """``load_general_plugins()`` in a fresh process, as every vLLM process runs it."""
+def _probe(env: dict[str, str], *, code: str = _PROBE) -> dict[str, Any]:
+    """``code`` (default: ``load_general_plugins()``, as every vLLM process runs it) in a
+    fresh process."""
     full = {k: v for k, v in os.environ.items() if k not in _SPECTUNE_ENV}
     full.update(env)
-    done = subprocess.run([sys.executable, "-c", _PROBE], env=full, cwd=ROOT,
+    done = subprocess.run([sys.executable, "-c", code], env=full, cwd=ROOT,
                           capture_output=True, text=True, timeout=300)
     lines = [line for line in done.stdout.splitlines() if line.startswith("PROBE ")]
     assert done.returncode == 0 and lines, done.stderr[-3000:]
@@ -187,13 +196,50 @@ def test_load_general_plugins_filtered_out_and_disabled() -> None:
     assert len(disabled["log"]) == 1 and "disabled by SPECTUNE_DISABLE=1" in disabled["log"][0]
 
 
+_SERVING_PROBE = """
+import json, sys
+import vllm.v1.sample.rejection_sampler
+from vllm.platforms import current_platform
+current_platform.register_triton_kernel_overrides()  # vLLM's own worker step
+before = set(sys.modules)
+import spectune.vllm
+from spectune.vllm import _hook
+spectune.vllm.register()
+_hook.on_worker_init(None, at_first_call=False)  # the CPU path: load and route in line
+router = _hook.STATE.router
+new = set(sys.modules) - before
+print("PROBE " + json.dumps({
+    "routed": router is not None and router.installed and router.configured,
+    "usable": router.configs.usable if router is not None and router.configs else None,
+    "new": sorted(m for m in new if "." not in m or m.startswith("spectune.")),
+}))
+"""
+
+
+@needs_kernels
+def test_serving_imports_no_tuner_and_no_sqlalchemy(tmp_path: Path) -> None:
+    """A worker that loads a SQLite database and routes imports none of the tuner's
+    packages, nor SQLAlchemy, nor the command line (in a fresh process, beyond what vLLM
+    itself imported)."""
+    problem = Problem(spec_len=3, batch=4, vocab=300, dtype="float32", draft_probs=False)
+    db = _database(tmp_path / "tuned.db", [_row(problem)])
+    probe = _probe({"SPECTUNE_DB": str(db), "SPECTUNE_USER_DB": str(tmp_path / "none.db"),
+                    "TRITON_INTERPRET": "1"}, code=_SERVING_PROBE)
+    assert probe["routed"] and probe["usable"] == 1
+    new = set(probe["new"])
+    assert "spectune.vllm._v1_router" in new and "spectune.kernels" in new
+    forbidden = {"optuna", "scipy", "matplotlib", "sqlalchemy", "alembic", "click", "rich",
+                 "spectune.autotune", "spectune.cli", "spectune.vllm.doctor"}
+    assert not new & forbidden, sorted(new & forbidden)
+
+
 def test_register_hooks_the_platform_once_and_is_idempotent() -> None:
-    vllm_plugin.register()
-    vllm_plugin.register()
+    spectune.vllm.register()
+    spectune.vllm.register()
     method = CpuPlatform.register_triton_kernel_overrides
     assert getattr(method.__func__, "_spectune_worker_hook", False)
     # A second hook would wrap the first: the hook calls the platform's own method.
-    vllm_plugin._hook_worker_init()
+    hook.hook_worker_init()
     assert CpuPlatform.register_triton_kernel_overrides.__func__ is method.__func__
 
 
@@ -203,13 +249,13 @@ def test_register_hooks_the_platform_once_and_is_idempotent() -> None:
      ("1.32.0", False), ("dev", False), ("", False)],
 )
 def test_supported_vllm_range(version: str, ok: bool) -> None:
-    assert vllm_plugin.vllm_supported(version) is ok
+    assert vllm_supported(version) is ok
 
 
 def test_installed_vllm_is_supported() -> None:
     from vllm.version import __version__
 
-    assert vllm_plugin.vllm_supported(__version__)
+    assert vllm_supported(__version__)
 
 
 # --------------------------------------------------------------------------------------
@@ -226,18 +272,18 @@ def test_worker_routes_after_the_platform_overrides(
     monkeypatch.setenv("SPECTUNE_FORCE", "1")
     # Named as in vLLM's init_worker, whose local the hook reads the engine's config from.
     vllm_config = spec_config
-    assert vllm_plugin._caller_vllm_config(sys._getframe()) is vllm_config
-    vllm_plugin.register()
-    before = vllm_plugin.routed_calls()
+    assert hook.caller_vllm_config(sys._getframe()) is vllm_config
+    spectune.vllm.register()
+    before = spectune.vllm.routed_calls()
     CpuPlatform.register_triton_kernel_overrides()  # what init_worker calls
     assert rs.expand_kernel.func is expand_kernel
-    router = vllm_plugin._STATE.router
+    router = hook.STATE.router
     assert router is not None and router.installed
     batch = make_batch([2, 3], 24, seed=1, draft_probs=False)
     out, _ = call(rs.rejection_sample, batch, [1.0, 0.0], [0])
     expected, _ = call(router.original, batch, [1.0, 0.0], [0])
     assert out.tolist() == expected.tolist()
-    assert vllm_plugin.routed_calls() == before + 1
+    assert spectune.vllm.routed_calls() == before + 1
     info = messages(plugin_log, logging.INFO)
     assert info and "routed vLLM V1 rejection sampling and the CPU expand step" in info[-1]
     assert "0 tuned configs usable here (SPECTUNE_FORCE=1)" in info[-1]
@@ -253,27 +299,27 @@ def test_worker_can_decide_at_the_first_call(
     """The GPU path (device known only at the first call), exercised on CPU."""
     if force:
         monkeypatch.setenv("SPECTUNE_FORCE", "1")
-    vllm_plugin._on_worker_init(spec_config, at_first_call=True)
-    router = vllm_plugin._STATE.router
+    hook.on_worker_init(spec_config, at_first_call=True)
+    router = hook.STATE.router
     assert router is not None and router.installed and not router.configured
     assert not plugin_log  # nothing identified or loaded yet
-    prefetch = vllm_plugin._STATE.prefetch
+    prefetch = hook.STATE.prefetch
     assert prefetch is not None
     prefetch.join(timeout=120)
     assert not prefetch.is_alive()
-    before = vllm_plugin.routed_calls()
+    before = spectune.vllm.routed_calls()
     batch = make_batch([3, 2], 24, seed=2, draft_probs=True)
     out, _ = call(rs.rejection_sample, batch, [1.0, 1.0], [0, 1])
     expected, _ = call(router.original, batch, [1.0, 1.0], [0, 1])
     assert out.tolist() == expected.tolist()
     if force:
         assert router.installed and router.configured
-        assert vllm_plugin.routed_calls() == before + 1
+        assert spectune.vllm.routed_calls() == before + 1
         info = messages(plugin_log, logging.INFO)
         assert len(info) == 1 and "routed vLLM V1 rejection sampling" in info[0]
     else:  # no tuned configs: vLLM's function from the first call on
         assert not router.installed
-        assert vllm_plugin.routed_calls() == before
+        assert spectune.vllm.routed_calls() == before
         warnings = messages(plugin_log, logging.WARNING)
         assert len(warnings) == 1 and "nothing routed" in warnings[0]
 
@@ -295,7 +341,7 @@ def test_worker_leaves_vllm_alone(
     original = rs.rejection_sample
     for name, value in env.items():
         monkeypatch.setenv(name, value)
-    vllm_plugin._on_worker_init(spec_config if spec else plain_config)
+    hook.on_worker_init(spec_config if spec else plain_config)
     assert rs.rejection_sample is original
     assert rs.expand_kernel.func is not expand_kernel
     info = messages(plugin_log, logging.INFO)
@@ -308,10 +354,10 @@ def test_model_runner_v2_is_detected_from_the_config(
     monkeypatch: pytest.MonkeyPatch, spec_config: Any
 ) -> None:
     assert not spec_config.use_v2_model_runner  # no Triton GPU driver here: V1
-    assert vllm_plugin._why_not_v1(spec_config) == ""
+    assert hook.why_not_v1(spec_config) == ""
     monkeypatch.setenv("VLLM_USE_V2_MODEL_RUNNER", "1")
     assert spec_config.use_v2_model_runner
-    assert "Model Runner V2" in vllm_plugin._why_not_v1(spec_config)
+    assert "Model Runner V2" in hook.why_not_v1(spec_config)
 
 
 @needs_kernels
@@ -320,7 +366,7 @@ def test_no_tuned_configs_means_one_warning_and_vllm_unchanged(
 ) -> None:
     original = rs.rejection_sample
     platform_expand = rs.expand_kernel.func
-    vllm_plugin._on_worker_init(spec_config)
+    hook.on_worker_init(spec_config)
     assert rs.rejection_sample is original
     assert rs.expand_kernel.func is platform_expand
     warnings = messages(plugin_log, logging.WARNING)
@@ -360,12 +406,13 @@ def test_tuned_config_from_spectune_db_is_used(
     problem = Problem(spec_len=3, batch=4, vocab=300, dtype="float32", draft_probs=False)
     db = _database(tmp_path / "tuned.db", [_row(problem)])
     monkeypatch.setenv("SPECTUNE_DB", str(db))
-    vllm_plugin._on_worker_init(spec_config)  # no SPECTUNE_FORCE
-    router = vllm_plugin._STATE.router
+    hook.on_worker_init(spec_config)  # no SPECTUNE_FORCE
+    router = hook.STATE.router
     assert router is not None and router.installed
-    assert router.config_for(3, 3, 300, torch.float32, False) == _TUNED
-    assert router.config_for(3, 3, 300, torch.float32, True) != _TUNED  # other problem
     batch = make_batch([3, 1, 3], 300, seed=4, draft_probs=False)
+    assert router.config_for(inputs_of(router, batch)) == _TUNED
+    with_dp = make_batch([3, 1, 3], 300, seed=4, draft_probs=True)
+    assert router.config_for(inputs_of(router, with_dp)) != _TUNED  # other problem
     out, _ = call(rs.rejection_sample, batch, [1.0, 1.0, 0.0], [0, 1])
     expected, _ = call(router.original, batch, [1.0, 1.0, 0.0], [0, 1])
     assert out.tolist() == expected.tolist()
@@ -389,14 +436,15 @@ def test_bad_database_means_one_warning_and_vllm_unchanged(
         _database(path, [_row(problem, kernel_hash="0123456789abcdef")])
     monkeypatch.setenv("SPECTUNE_DB", str(path))
     original = rs.rejection_sample
-    vllm_plugin._on_worker_init(spec_config)
+    hook.on_worker_init(spec_config)
     assert rs.rejection_sample is original
     warnings = messages(plugin_log, logging.WARNING)
     assert len(warnings) == 1 and "nothing routed" in warnings[0], warnings
 
 
 def test_load_configs_without_databases() -> None:
-    configs = vllm_plugin._load_configs(detect_device(), detect_software())
+    configs = TunedConfigs.load()
     assert configs.usable == 0
-    assert configs.lookup(Problem(spec_len=1, batch=1, vocab=10)) is None
+    assert configs.device == detect_device()
+    assert configs.lookup("rejection_sample", Problem(spec_len=1, batch=1, vocab=10)) is None
     assert "absent-user.db (absent)" in configs.description

@@ -2,7 +2,7 @@
 
 "Without" is vLLM's own ``vllm.v1.sample.rejection_sampler.rejection_sample`` (on this CPU
 host: the C++ fallbacks that ``CpuPlatform.register_triton_kernel_overrides()``
-installs); "with" is :class:`spectune._vllm_route.Router`'s replacement running
+installs); "with" is :class:`spectune.vllm._v1_router.Router`'s replacement running
 spectune's Triton kernels under ``TRITON_INTERPRET=1``. Both get the same tensors, the
 same seeded per-request generators and the same default-generator state, and must give
 the same tokens and leave every generator in the same state.
@@ -10,6 +10,7 @@ the same tokens and leave every generator in the same state.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -21,15 +22,14 @@ from vllm.v1.sample import rejection_sampler as rs
 from vllm.v1.sample.sampler import Sampler
 from vllm.v1.spec_decode.metadata import SpecDecodeMetadata
 
-from spectune._vllm_route import (
-    EXPAND_KERNEL,
-    RNG_FUSED,
-    Router,
-    expand_kernel,
-)
-from spectune._vllm_selftest import make_sampling_metadata
+from spectune.identity import detect_device
+from spectune.kernels import RejectionInputs
 from spectune.space import Problem
-from spectune.vllm_plugin import platform_overrides_only
+from spectune.vllm._configs import Lookup, TunedConfigs
+from spectune.vllm._hook import platform_overrides_only
+from spectune.vllm._settings import RNG_FUSED
+from spectune.vllm._v1_router import EXPAND_KERNEL, Router, expand_kernel
+from spectune.vllm.doctor import make_sampling_metadata
 from tests.vllm.conftest import needs_kernels
 
 pytestmark = [pytest.mark.vllm]
@@ -45,13 +45,19 @@ def _cpu_fallbacks() -> None:
     assert isinstance(rs.expand_kernel, dispatcher.KernelOverride)
 
 
+def configs(lookup: Lookup | None = None) -> TunedConfigs:
+    """Configs of this device from ``lookup`` (none tuned when ``None``), no database."""
+    return TunedConfigs(device=detect_device(), lookup=lookup or (lambda kernel, problem: None),
+                        description="(test)", usable=0)
+
+
 @pytest.fixture
 def router() -> Iterator[Router]:
     """A configured router (default configs), not installed into vLLM."""
-    r = Router(module=rs)
-    r.configure(lambda problem: None, "cpu-interpreter")
+    r = Router(rs)
+    r.configure(configs())
     yield r
-    r.uninstall(dispatcher)
+    r.uninstall()
 
 
 @dataclass(frozen=True)
@@ -100,6 +106,14 @@ def make_batch(
         bonus=torch.randint(0, vocab, (len(counts), 1), generator=gen),
         draft_probs=probs,
     )
+
+
+def inputs_of(router: Router, batch: Batch) -> RejectionInputs:
+    """The kernel family's inputs the router builds for ``batch`` (greedy requests)."""
+    metadata = make_sampling_metadata([0.0] * len(batch.counts), {}, CPU)
+    inputs, _ = router.prepare(batch.drafts, batch.counts, batch.k, batch.cu,
+                               batch.draft_probs, batch.logits, batch.bonus, metadata)
+    return inputs
 
 
 def call(
@@ -209,49 +223,59 @@ def test_synthetic_mode_goes_to_vllm(router: Router) -> None:
 
 @needs_kernels
 def test_config_looked_up_once_per_shape_and_tuned_config_used() -> None:
-    asked: list[Problem] = []
+    asked: list[tuple[str, Problem]] = []
     tuned = {"BLOCK_V": 256, "SPLITS": 2, "num_warps": 1, "num_stages": 1}
 
-    def lookup(problem: Problem) -> dict[str, int] | None:
-        asked.append(problem)
+    def lookup(kernel: str, problem: Problem) -> dict[str, int] | None:
+        asked.append((kernel, problem))
         return dict(tuned)
 
-    router = Router(module=rs)
-    router.configure(lookup, "cpu-interpreter")
+    router = Router(rs)
+    router.configure(configs(lookup))
     batch = make_batch([3, 2, 3], 300, seed=5, draft_probs=True)  # 2 tiles of 256: 2 splits
     for _ in range(3):
         out, _ = call(router.rejection_sample, batch, [1.0, 0.0, 1.0], [0, 2])
         expected, _ = call(router.original, batch, [1.0, 0.0, 1.0], [0, 2])
         assert out.tolist() == expected.tolist()
-    assert asked == [Problem(spec_len=3, batch=3, vocab=300, dtype="float32", draft_probs=True)]
-    assert router.config_for(3, 3, 300, torch.float32, True) == tuned
+    problem = Problem(spec_len=3, batch=3, vocab=300, dtype="float32", draft_probs=True)
+    assert asked == [("rejection_sample", problem)]
+    assert router.config_for(inputs_of(router, batch)) == tuned
     stats = router.stats
     assert (stats.tuned_shapes, stats.default_shapes, stats.routed) == (1, 0, 3)
 
 
 @needs_kernels
-def test_failure_falls_back_to_vllm_and_uninstalls(caplog: pytest.LogCaptureFixture) -> None:
-    errors: list[BaseException] = []
+def test_failure_falls_back_to_vllm_and_uninstalls() -> None:
+    warnings: list[str] = []
 
-    def broken(problem: object) -> dict[str, int] | None:
+    class _Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            if record.levelno == logging.WARNING:
+                warnings.append(record.getMessage())
+
+    def broken(kernel: str, problem: object) -> dict[str, int] | None:
         raise RuntimeError("database went away")
 
-    router = Router(module=rs, on_error=errors.append)
+    handler = _Keep()
+    logging.getLogger("vllm.spectune").addHandler(handler)
+    router = Router(rs)
     original = rs.rejection_sample
     router.install()
     try:
-        router.configure(broken, "cpu-interpreter")
+        router.configure(configs(broken))
         assert router.installed and rs.rejection_sample != original
         batch = make_batch([2, 3], 20, seed=6, draft_probs=False)
         out, _ = call(rs.rejection_sample, batch, [1.0, 1.0], [0, 1])
         expected, _ = call(original, batch, [1.0, 1.0], [0, 1])
         assert out.tolist() == expected.tolist()
-        assert [str(e) for e in errors] == ["database went away"]
+        assert len(warnings) == 1 and "(RuntimeError: database went away)" in warnings[0]
+        assert "vLLM's own kernels are used from now on" in warnings[0]
         assert not router.installed
         assert rs.rejection_sample is original
         assert router.stats.routed == 0
     finally:
-        router.uninstall(dispatcher)
+        logging.getLogger("vllm.spectune").removeHandler(handler)
+        router.uninstall()
 
 
 def test_unsupported_inputs_go_to_vllm(router: Router) -> None:
@@ -277,8 +301,8 @@ def test_unsupported_inputs_go_to_vllm(router: Router) -> None:
 
 @needs_kernels
 def test_fused_rng_reproducible_per_seed() -> None:
-    router = Router(module=rs, rng=RNG_FUSED)
-    router.configure(lambda problem: None, "cpu-interpreter")
+    router = Router(rs, rng=RNG_FUSED)
+    router.configure(configs())
     batch = make_batch([3, 3, 3, 3], 30, seed=8, draft_probs=False)
     first, _ = call(router.rejection_sample, batch, [1.0] * 4, [0, 1, 2, 3])
     again, _ = call(router.rejection_sample, batch, [1.0] * 4, [0, 1, 2, 3], global_seed=99)
@@ -290,8 +314,8 @@ def test_fused_rng_reproducible_per_seed() -> None:
 def test_fused_rng_has_vllms_distribution() -> None:
     """One draft per request, many requests: acceptance ~ p(draft), recovered ~ p elsewhere."""
     batch_size = 256
-    router = Router(module=rs, rng=RNG_FUSED)
-    router.configure(lambda problem: None, "cpu-interpreter")
+    router = Router(rs, rng=RNG_FUSED)
+    router.configure(configs())
     row = torch.tensor([1.0, 0.0, -0.5, -2.0])
     p = torch.softmax(row, dim=0)
     counts = [1] * batch_size
@@ -338,10 +362,10 @@ def test_route_expand_fixes_vllms_cpu_expand_and_undoes() -> None:
     temperatures = torch.tensor([0.8, 0.0, 1.25])
     cu = torch.tensor([2, 3, 5], dtype=torch.int32)
     expected = [0.8, 0.8, 1.0, 1.25, 1.25]
-    router = Router(module=rs)
+    router = Router(rs)
     platform_override = rs.expand_kernel
     platform_impl = platform_override.func
-    router.route_expand(dispatcher)
+    router.route_expand()
     try:
         assert rs.expand_kernel.func is expand_kernel
         assert rs._expand.kernel is rs.expand_kernel  # vLLM's dispatcher launches ours
@@ -354,7 +378,7 @@ def test_route_expand_fixes_vllms_cpu_expand_and_undoes() -> None:
         top_k = rs.expand_batch_to_tokens(torch.tensor([5, 0, 9], dtype=torch.int32), cu, 5)
         assert top_k.tolist() == [5, 5, 0, 9, 9]
     finally:
-        router.uninstall(dispatcher)
+        router.uninstall()
     assert rs.expand_kernel.func is platform_impl
     assert rs.expand_kernel is platform_override
     assert dispatcher._registry[EXPAND_KERNEL][1] is platform_impl
@@ -374,12 +398,12 @@ def test_route_expand_falls_back_to_register_kernels_for_an_unknown_override(
         def __getitem__(self, grid: object) -> object:
             return self.func
 
-    router = Router(module=rs)
+    router = Router(rs)
     original = rs.expand_kernel
     monkeypatch.setattr(rs, "expand_kernel", Foreign(original.func))
     registered: list[dict[str, object]] = []
     monkeypatch.setattr(dispatcher, "register_kernels", registered.append)
-    router.route_expand(dispatcher)
+    router.route_expand()
     assert registered == [{EXPAND_KERNEL: expand_kernel}]
     assert rs.expand_kernel.func is original.func  # not edited in place
     assert EXPAND_KERNEL.rsplit(".", 1)[1] == "expand_kernel"
@@ -406,14 +430,14 @@ def test_rejection_sampler_forward_with_and_without_routing() -> None:
     gen = torch.Generator().manual_seed(11)
     logits = torch.randn(n + len(drafts), vocab, generator=gen) * 3
     sampler = rs.RejectionSampler(Sampler())
-    router = Router(module=rs)
-    router.route_expand(dispatcher)  # vLLM's own CPU expand garbles temperatures
+    router = Router(rs)
+    router.route_expand()  # vLLM's own CPU expand garbles temperatures
     try:
         outputs = []
         for installed in (False, True):
             if installed:
                 router.install()
-                router.configure(lambda problem: None, "cpu-interpreter")
+                router.configure(configs())
             generators = {i: torch.Generator().manual_seed(50 + i) for i in range(4)}
             sampling = make_sampling_metadata([0.8, 1.0, 0.0, 1.3], generators, CPU)
             torch.manual_seed(3)
@@ -421,5 +445,5 @@ def test_rejection_sampler_forward_with_and_without_routing() -> None:
         assert router.stats.routed == 1
         assert outputs[0].tolist() == outputs[1].tolist()
     finally:
-        router.uninstall(dispatcher)
+        router.uninstall()
 

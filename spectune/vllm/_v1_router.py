@@ -1,18 +1,22 @@
-"""The hot path of the vLLM plugin: vLLM's V1 ``rejection_sample``, routed to spectune.
+"""vLLM's V1 verification, routed to spectune's rejection-sampling kernel family.
 
 :class:`Router` replaces the module-level function ``rejection_sample`` of
 ``vllm.v1.sample.rejection_sampler`` (the one ``RejectionSampler.forward`` calls) with
 one that draws the random inputs as vLLM does (or, with ``SPECTUNE_RNG=fused``, lets
-the kernels draw them) and launches :func:`spectune.kernels.rejection_sample` with the
-launch config looked up once per shape. Calls it does not support (synthetic
-acceptance, non-float32 draft probabilities, vocabularies past the kernels' limit) go
-to vLLM's original function.
+the kernels draw them) and launches its kernel family with the launch config looked up
+once per shape. Calls it does not support (synthetic acceptance, non-float32 draft
+probabilities, vocabularies past the kernels' limit) go to vLLM's original function.
+
+A router is built once per engine with its kernel family's name; :meth:`Router.activate`
+identifies the device and loads the tuned configs (:class:`spectune.vllm._configs.
+TunedConfigs`), then routes or hands vLLM its function back, and logs one line. The
+worker hook activates it at once on CPU; on GPUs it activates itself at its first call,
+when vLLM has selected the worker's device. Whatever fails is logged once and vLLM's
+own function is used from then on.
 
 :func:`expand_kernel` is a correct replacement for the C++ fallback that vLLM's CPU
 platform registers for ``expand_kernel`` (per-request values to per-token values: the
 temperatures, top-k and top-p of every draft row); see :meth:`Router.route_expand`.
-
-Only :mod:`spectune.vllm_plugin` imports this module, and only in a vLLM worker.
 """
 
 from __future__ import annotations
@@ -27,26 +31,25 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from spectune.messages import one_line
+from spectune.vllm._settings import ENV_FORCE, RNG_FUSED, RNG_VLLM, forced, logger
+
 if TYPE_CHECKING:
-    from spectune.space import Problem
+    from spectune.kernels import KernelFamily, RejectionInputs
+    from spectune.vllm._configs import TunedConfigs
 
 __all__ = [
     "EXPAND_KERNEL",
-    "RNG_FUSED",
-    "RNG_MODES",
-    "RNG_VLLM",
+    "V1_KERNEL",
     "Router",
     "RouterStats",
     "expand_kernel",
+    "fused_seeds",
     "vllm_random_inputs",
 ]
 
-#: Random inputs drawn exactly as vLLM draws them (seeded requests match vLLM).
-RNG_VLLM = "vllm"
-#: Random inputs drawn inside the kernels from one seed per request.
-RNG_FUSED = "fused"
-RNG_MODES = (RNG_VLLM, RNG_FUSED)
-
+#: The kernel family that verifies V1's drafts.
+V1_KERNEL = "rejection_sample"
 #: vLLM's name of the per-request -> per-token expand kernel (dispatcher registry key).
 EXPAND_KERNEL = "vllm.v1.sample.rejection_sampler.expand_kernel"
 
@@ -54,12 +57,10 @@ _SEED_HIGH = 2**63 - 1
 
 #: A shape key: (k, batch, vocab, logits dtype, draft probabilities given).
 ShapeKey = tuple[int, int, int, torch.dtype, bool]
-#: Problem -> tuned config, or None (then the kernels' default config is used).
-Lookup = Callable[["Problem"], "dict[str, int] | None"]
 
 
 class RouterStats:
-    """What the router did in this process.
+    """What a router did.
 
     Plain classes here, not dataclasses: this module is imported on vLLM's worker
     start-up path, where generating dataclass methods costs milliseconds.
@@ -85,47 +86,39 @@ class RouterStats:
 
 
 class Router:
-    """Routes vLLM's V1 verification to spectune's kernels.
+    """Routes vLLM's V1 verification to one spectune kernel family.
+
+    Args:
+        module: ``vllm.v1.sample.rejection_sampler``.
+        kernel: Name of the kernel family that runs the verification.
+        rng: ``vllm`` (random inputs drawn as vLLM draws them) or ``fused`` (drawn by
+            the kernels from one seed per request).
 
     Attributes:
-        module: ``vllm.v1.sample.rejection_sampler``.
-        lookup: Tuned-config lookup, set by :meth:`configure` (at the first call on
-            GPUs, where the device is identified then).
-        backend: Backend name of the search space (``cuda``, ``hip``,
-            ``cpu-interpreter``), for default configs.
-        rng: :data:`RNG_VLLM` or :data:`RNG_FUSED`.
-        on_first_call: Called with the device of the first call when the router is
-            not configured yet; it calls :meth:`configure` (route) or
-            :meth:`uninstall` (vLLM's function from then on).
-        on_error: Called with the exception when a routed call fails; the router is
-            uninstalled first and the call goes to vLLM's original function.
+        configs: The tuned configs in use, once :meth:`configure` (or
+            :meth:`activate`) has set them.
+        stats: What the router did.
     """
 
-    def __init__(
-        self,
-        module: ModuleType,
-        *,
-        rng: str = RNG_VLLM,
-        on_first_call: Callable[[Router, torch.device], None] | None = None,
-        on_error: Callable[[BaseException], None] | None = None,
-    ) -> None:
+    def __init__(self, module: ModuleType, *, kernel: str = V1_KERNEL, rng: str = RNG_VLLM) -> None:
         self.module = module
-        self.lookup: Lookup | None = None
-        self.backend = "cuda"
+        self.kernel = kernel
         self.rng = rng
-        self.on_first_call = on_first_call
-        self.on_error = on_error
+        self.configs: TunedConfigs | None = None
         self.stats = RouterStats()
-        self._configured = False
-        self._kernels: ModuleType | None = None
+        self._family: KernelFamily | None = None
+        self._max_vocab = 0
+        self._logits_dtypes: tuple[torch.dtype, ...] = ()
+        self._inputs_type: type[RejectionInputs] | None = None
         self._original: Callable[..., torch.Tensor] | None = None
         self._original_expand: Callable[..., Any] | None = None
         self._expand_override: Any = None
-        self._configs: dict[ShapeKey, dict[str, int]] = {}
+        self._shape_configs: dict[ShapeKey, dict[str, int]] = {}
+        self._failed = False
         self._lock = threading.Lock()
 
     def __repr__(self) -> str:
-        state = "configured" if self._configured else "not configured"
+        state = "configured" if self.configured else "not configured"
         return f"Router({state}, installed={self.installed}, rng={self.rng!r}, {self.stats})"
 
     # ------------------------------------------------------------------ install
@@ -152,32 +145,63 @@ class Router:
 
     @property
     def configured(self) -> bool:
-        """Whether :meth:`configure` has set the config lookup."""
-        return self._configured
+        """Whether :meth:`configure` has set the tuned configs and the kernel family."""
+        return self._family is not None
 
-    def configure(self, lookup: Lookup, backend: str) -> None:
-        """Set the config lookup (and forget cached per-shape configs).
+    def configure(self, configs: TunedConfigs) -> None:
+        """Use ``configs`` (and forget cached per-shape configs); imports the kernels.
 
-        Imports the kernels here, not at module import: on GPUs the worker hook installs
-        the router at once and imports the kernels in the background until the first
-        call configures it.
+        The kernels are imported here, not at module import: on GPUs the worker hook
+        installs the router at once and imports the kernels in the background until the
+        first call activates it.
         """
-        from spectune.kernels import rejection
+        from spectune.kernels import LOGITS_DTYPES, MAX_VOCAB, RejectionInputs, get_family
 
-        self._kernels = rejection
-        self.lookup = lookup
-        self.backend = backend
-        self._configs.clear()
-        self._configured = True
+        self._family = get_family(self.kernel)
+        self._inputs_type = RejectionInputs
+        self._max_vocab = MAX_VOCAB
+        self._logits_dtypes = tuple(LOGITS_DTYPES)
+        self.configs = configs
+        self._shape_configs.clear()
 
-    def reset(self) -> None:
-        """Forget the configuration (a new engine in this process decides again)."""
-        self.lookup = None
-        self.on_first_call = None
-        self._configs.clear()
-        self._configured = False
+    def activate(self, device: torch.device) -> bool:
+        """Identify ``device``, load its tuned configs, and route or step aside.
 
-    def route_expand(self, dispatcher: ModuleType) -> None:
+        With no tuned config usable on the device (and no ``SPECTUNE_FORCE=1``), vLLM's
+        functions are given back: the point of routing is the tuned configs. Logs one
+        line either way.
+
+        Returns:
+            Whether the router routes from now on.
+
+        Raises:
+            Exception: whatever identifying the device or importing the kernels raised;
+                the caller uninstalls and reports it.
+        """
+        from vllm.triton_utils import dispatcher
+
+        from spectune.vllm._configs import TunedConfigs
+
+        configs = TunedConfigs.load(device)
+        if configs.usable == 0 and not forced():
+            self.uninstall()
+            logger.warning("%s; %d tuned configs usable here; nothing routed (%s=1 routes "
+                           "with default configs)", configs.describe(), configs.usable,
+                           ENV_FORCE)
+            return False
+        self.configure(configs)
+        routed = "vLLM V1 rejection sampling"
+        # Only a platform fallback (the CPU platform's C++ expand) is replaced: a GPU's
+        # Triton expand_kernel is correct.
+        if isinstance(getattr(self.module, "expand_kernel", None), dispatcher.KernelOverride):
+            self.route_expand()
+            routed += " and the CPU expand step"
+        why = f" ({ENV_FORCE}=1)" if configs.usable == 0 else ""
+        logger.info("%s; %d tuned configs usable here%s; routed %s to spectune kernels "
+                    "(RNG: %s)", configs.describe(), configs.usable, why, routed, self.rng)
+        return True
+
+    def route_expand(self) -> None:
         """Make vLLM's ``expand_kernel`` override launch :func:`expand_kernel`.
 
         Only for platforms whose ``expand_kernel`` is already a fallback override (the
@@ -190,6 +214,8 @@ class Router:
         them, about 90 ms of worker startup. When the override does not look like
         vLLM 0.32's, ``register_kernels`` is used after all.
         """
+        from vllm.triton_utils import dispatcher
+
         current = getattr(self.module, "expand_kernel", None)
         impl = getattr(current, "func", None)
         if impl is expand_kernel:
@@ -202,17 +228,18 @@ class Router:
             with _quiet(dispatcher.logger):
                 dispatcher.register_kernels({EXPAND_KERNEL: expand_kernel})
 
-    def uninstall(self, dispatcher: ModuleType | None = None) -> None:
+    def uninstall(self) -> None:
         """Give vLLM back its own functions (idempotent)."""
         if getattr(self.module.rejection_sample, "__self__", None) is self:
             self.module.rejection_sample = self.original
         original, override = self._original_expand, self._expand_override
         current = getattr(self.module, "expand_kernel", None)
         if original is not None and getattr(current, "func", None) is expand_kernel:
+            from vllm.triton_utils import dispatcher
+
             if current is override and _retarget(current, original):
-                if dispatcher is not None:
-                    _set_registry(dispatcher, original)
-            elif dispatcher is not None:
+                _set_registry(dispatcher, original)
+            else:
                 with _quiet(dispatcher.logger):
                     dispatcher.register_kernels({EXPAND_KERNEL: original})
         self._original_expand = None
@@ -220,29 +247,27 @@ class Router:
 
     # ------------------------------------------------------------------ hot path
 
-    def config_for(
-        self, k: int, batch: int, vocab: int, dtype: torch.dtype, has_draft_probs: bool
-    ) -> dict[str, int]:
-        """Launch config for a shape: tuned when the database has one, else default."""
-        key = (k, batch, vocab, dtype, has_draft_probs)
-        config = self._configs.get(key)
-        if config is not None:
-            return config
-        from spectune.space import Problem
+    def config_for(self, inputs: RejectionInputs) -> dict[str, int]:
+        """Launch config for the shape of ``inputs``: tuned when the database has one, else
+        the family's default. Looked up once per shape, then cached."""
+        key = _shape_key(inputs.max_spec_len, inputs.cu_num_draft_tokens, inputs.target_logits,
+                         inputs.draft_probs)
+        config = self._shape_configs.get(key)
+        return self._look_up(key, inputs) if config is None else config
 
-        problem = Problem(
-            spec_len=max(k, 1), batch=max(batch, 1), vocab=vocab,
-            dtype=str(dtype).removeprefix("torch."), draft_probs=has_draft_probs,
-        )
-        tuned = self.lookup(problem) if self.lookup is not None else None
+    def _look_up(self, key: ShapeKey, inputs: RejectionInputs) -> dict[str, int]:
+        """The first call of a shape: ask the tuned configs, else take the default."""
+        family, configs = self._family, self.configs
+        assert family is not None and configs is not None
+        problem = family.problem_of(inputs)
+        tuned = configs.lookup(family.name, problem)
         if tuned is not None:
             self.stats.tuned_shapes += 1
             config = dict(tuned)
         else:
             self.stats.default_shapes += 1
-            assert self._kernels is not None
-            config = self._kernels.default_config(problem, self.backend)
-        self._configs[key] = config
+            config = family.default_config(problem, configs.backend)
+        self._shape_configs[key] = config
         return config
 
     def rejection_sample(
@@ -270,38 +295,49 @@ class Router:
             "use_fp64_gumbel": use_fp64_gumbel,
         }
         original = self.original
-        if not self._configured:
+        if not self.configured:
             self._first_call(target_logits.device)
-            if not self._configured or not self.installed:
+            if not self.configured or not self.installed:
                 return original(*args, **kwargs)
-        kernels = self._kernels
-        assert kernels is not None
-        if synthetic_mode or not _supported(draft_probs, target_logits, kernels.MAX_VOCAB):
+        family = self._family
+        assert family is not None
+        if synthetic_mode or not self._supported(draft_probs, target_logits):
             self.stats.passed += 1
             return original(*args, **kwargs)
         try:
-            launch_args, launch_kwargs = self.prepare(*args, use_fp64_gumbel=use_fp64_gumbel)
-            out = kernels.rejection_sample(*launch_args, **launch_kwargs)
+            inputs, config = self.prepare(*args, use_fp64_gumbel=use_fp64_gumbel)
+            out = family.launch(inputs, config)
         except Exception as exc:
-            self.uninstall()
-            if self.on_error is not None:
-                self.on_error(exc)
+            self._fail("a routed verification call failed", exc)
             return original(*args, **kwargs)
         self.stats.routed += 1
         return out
 
     def _first_call(self, device: torch.device) -> None:
         with self._lock:
-            if self._configured:
+            if self.configured or self._failed:
                 return
             try:
-                if self.on_first_call is None:
-                    raise RuntimeError("router called before it was configured")
-                self.on_first_call(self, device)
+                self.activate(device)
             except Exception as exc:
-                self.uninstall()
-                if self.on_error is not None:
-                    self.on_error(exc)
+                self._fail("routing not set up at the first verification call", exc)
+
+    def _fail(self, what: str, exc: BaseException) -> None:
+        """Give vLLM its functions back for good, and say why once."""
+        self._failed = True
+        try:
+            self.uninstall()
+        except Exception:
+            logger.debug("spectune: uninstall failed", exc_info=True)
+        logger.warning("spectune: %s (%s: %s); vLLM's own kernels are used from now on",
+                       what, type(exc).__name__, one_line(exc))
+
+    def _supported(self, draft_probs: torch.Tensor | None, target_logits: torch.Tensor) -> bool:
+        if target_logits.shape[-1] > self._max_vocab:
+            return False
+        if target_logits.dtype not in self._logits_dtypes:
+            return False
+        return draft_probs is None or draft_probs.dtype == torch.float32
 
     def prepare(
         self,
@@ -315,35 +351,57 @@ class Router:
         sampling_metadata: Any,
         *,
         use_fp64_gumbel: bool = False,
-    ) -> tuple[tuple[torch.Tensor, ...], dict[str, Any]]:
-        """Arguments of the kernel launch for one call (random inputs drawn here)."""
-        batch = len(num_draft_tokens)
-        vocab = target_logits.shape[-1]
+    ) -> tuple[RejectionInputs, dict[str, int]]:
+        """The kernel family's inputs for one call, and its launch config.
+
+        The config is looked up before any random number is drawn: should the lookup
+        fail, vLLM's function gets the call with every generator untouched.
+        """
         if not target_logits.is_contiguous():
             target_logits = target_logits.contiguous()
-        config = self.config_for(
-            max_spec_len, batch, vocab, target_logits.dtype, draft_probs is not None
-        )
-        kwargs: dict[str, Any] = {
-            "max_spec_len": max_spec_len,
-            "draft_probs": draft_probs,
-            "config": config,
-            "validate": False,
-        }
+        make_inputs = self._inputs_type
+        key = _shape_key(max_spec_len, cu_num_draft_tokens, target_logits, draft_probs)
+        config = self._shape_configs.get(key)
+        if config is None:
+            config = self._look_up(key, make_inputs(
+                draft_token_ids=draft_token_ids, cu_num_draft_tokens=cu_num_draft_tokens,
+                target_logits=target_logits, bonus_token_ids=bonus_token_ids,
+                max_spec_len=max_spec_len, draft_probs=draft_probs,
+            ))
+        is_greedy = uniform_probs = inv_q = seeds = None
         if not sampling_metadata.all_greedy:
-            kwargs["is_greedy"] = sampling_metadata.temperature == 0
+            is_greedy = sampling_metadata.temperature == 0
             device = target_logits.device
             if self.rng == RNG_FUSED:
-                kwargs["seeds"] = fused_seeds(
-                    num_draft_tokens, sampling_metadata.generators, device
-                )
+                seeds = fused_seeds(num_draft_tokens, sampling_metadata.generators, device)
             else:
-                kwargs["uniform_probs"], kwargs["inv_q"] = vllm_random_inputs(
+                uniform_probs, inv_q = vllm_random_inputs(
                     self.module, draft_token_ids.shape[0], num_draft_tokens,
-                    sampling_metadata.generators, vocab, device,
+                    sampling_metadata.generators, target_logits.shape[-1], device,
                     use_fp64_gumbel=use_fp64_gumbel,
                 )
-        return (draft_token_ids, cu_num_draft_tokens, target_logits, bonus_token_ids), kwargs
+        inputs = make_inputs(
+            draft_token_ids=draft_token_ids,
+            cu_num_draft_tokens=cu_num_draft_tokens,
+            target_logits=target_logits,
+            bonus_token_ids=bonus_token_ids,
+            max_spec_len=max_spec_len,
+            draft_probs=draft_probs,
+            is_greedy=is_greedy,
+            uniform_probs=uniform_probs,
+            inv_q=inv_q,
+            seeds=seeds,
+        )
+        return inputs, config
+
+
+def _shape_key(
+    max_spec_len: int, cu_num_draft_tokens: torch.Tensor, target_logits: torch.Tensor,
+    draft_probs: torch.Tensor | None,
+) -> ShapeKey:
+    """What a launch config depends on: (k, batch, vocab, logits dtype, draft probs given)."""
+    return (max_spec_len, cu_num_draft_tokens.shape[0], target_logits.shape[-1],
+            target_logits.dtype, draft_probs is not None)
 
 
 def vllm_random_inputs(
@@ -412,17 +470,6 @@ def expand_kernel(
     expanded = torch.repeat_interleave(values, counts)
     n = min(expanded.shape[0], output_ptr.shape[0])
     output_ptr[:n].copy_(expanded[:n])
-
-
-def _supported(
-    draft_probs: torch.Tensor | None, target_logits: torch.Tensor, max_vocab: int
-) -> bool:
-    if target_logits.shape[-1] > max_vocab or target_logits.dtype not in _LOGITS_DTYPES:
-        return False
-    return draft_probs is None or draft_probs.dtype == torch.float32
-
-
-_LOGITS_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
 
 def _unwrap(function: Callable[..., Any]) -> Callable[..., Any]:

@@ -1,0 +1,25 @@
+"""spectune's vLLM plugin: vLLM's verification routed to spectune's tuned kernels.
+
+vLLM discovers the entry point ``spectune = "spectune.vllm:register"`` (group
+``vllm.general_plugins``) and calls :func:`register` in every process it starts; each
+worker then loads the tuned configs usable on its device and routes its verification
+(see ``docs/vllm_plugin.md``). :func:`routed_calls` says how many verification calls of
+this process went through spectune's kernels.
+
+Controls (environment, read when each worker starts): ``SPECTUNE_DISABLE=1`` does
+nothing; ``SPECTUNE_DB`` names the database read first (see :mod:`spectune.db`);
+``SPECTUNE_FORCE=1`` routes even with no tuned configs (default configs);
+``SPECTUNE_RNG=fused`` draws the random inputs inside the kernels (default ``vllm``:
+drawn as vLLM draws them, so seeded requests give vLLM's tokens).
+
+The package holds the controls (``_settings``), the worker hook (``_hook``), the seam to
+the databases and the kernel registry (``_configs``), the V1 router (``_v1_router``) and
+``spectune doctor``'s checks (:mod:`spectune.vllm.doctor`), which use the plugin and are
+never imported by it. Importing this package imports nothing heavy.
+"""
+
+from __future__ import annotations
+
+from spectune.vllm._hook import register, routed_calls
+
+__all__ = ["register", "routed_calls"]

@@ -1,0 +1,89 @@
+"""The plugin's one way to tuned configs: the device, the databases and the kernel registry.
+
+:meth:`TunedConfigs.load` identifies the device (:mod:`spectune.identity`, the one place
+that names devices, as ``spectune sweep`` does), reads the databases in their lookup
+order (:func:`spectune.db.load_index`: ``SPECTUNE_DB``, the user database, the shipped
+one) and keeps the rows usable here for every installed kernel family (their source
+hashes and search spaces from :mod:`spectune.kernels`). A router then asks
+:meth:`TunedConfigs.lookup` once per shape.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import torch
+
+    from spectune.identity import DeviceIdentity
+    from spectune.space import Problem
+
+__all__ = ["Lookup", "TunedConfigs"]
+
+#: ``(kernel family, problem) -> config``, or ``None`` where nothing is tuned.
+Lookup = Callable[[str, "Problem"], "dict[str, int] | None"]
+
+
+class TunedConfigs:
+    """The tuned configs usable on one device.
+
+    Plain class, not a dataclass: this module is imported on vLLM's worker start-up
+    path, where generating dataclass methods costs milliseconds.
+
+    Attributes:
+        device: The device they are usable on.
+        lookup: ``(kernel, problem) -> config`` (``None``: nothing tuned for it; the
+            family's default config is used).
+        description: Which databases were read and what each held, for the log line.
+        usable: How many configs are usable here.
+    """
+
+    __slots__ = ("description", "device", "lookup", "usable")
+
+    def __init__(
+        self, *, device: DeviceIdentity, lookup: Lookup, description: str, usable: int
+    ) -> None:
+        self.device = device
+        self.lookup = lookup
+        self.description = description
+        self.usable = usable
+
+    def __repr__(self) -> str:
+        return f"TunedConfigs({self.device.device_name}, usable={self.usable})"
+
+    @property
+    def backend(self) -> str:
+        """Backend of the device (search spaces and default configs depend on it)."""
+        return self.device.backend
+
+    def describe(self) -> str:
+        """The head of the plugin's log line: device and databases."""
+        return f"spectune: device {self.device.describe()}; database: {self.description}"
+
+    @classmethod
+    def load(cls, device: torch.device | None = None) -> TunedConfigs:
+        """Identify ``device`` and load the configs usable on it. Never raises for a bad
+        database (:func:`spectune.db.load_index` logs and skips it).
+
+        Args:
+            device: The torch device verification runs on; ``None`` (or a CPU device)
+                identifies the current device the way :func:`spectune.identity.detect_device`
+                does.
+        """
+        from spectune.db import load_index
+        from spectune.identity import detect_device, detect_software
+        from spectune.kernels import family_hashes, family_space
+
+        index_of_gpu = None if device is None or device.type == "cpu" else device.index
+        identity = detect_device(index_of_gpu)
+        software = detect_software()
+        index = load_index(device=identity, software=software, kernel_hashes=family_hashes(),
+                           spaces=family_space)
+
+        def lookup(kernel: str, problem: Problem) -> dict[str, int] | None:
+            return index.lookup(device=identity, software=software, kernel=kernel,
+                                problem=problem)
+
+        description = "; ".join(s.describe() for s in index.sources) or "no databases"
+        return cls(device=identity, lookup=lookup, description=description, usable=len(index))

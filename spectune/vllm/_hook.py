@@ -1,0 +1,243 @@
+"""The plugin's entry point and its worker hook: where vLLM hands spectune control.
+
+vLLM calls :func:`register` (entry point ``spectune`` in group ``vllm.general_plugins``) in
+every process it starts. It is cheap and idempotent: it checks the controls and the vLLM
+version, then extends the platform's ``register_triton_kernel_overrides()`` classmethod,
+which vLLM runs in each worker's ``init_worker`` right after loading plugins. Our part
+(:func:`on_worker_init`) runs after the platform's own overrides (on the CPU platform
+those overwrite whatever a plugin registered earlier):
+
+1. decide whether this engine's verification can be routed: speculative decoding on,
+   vLLM's V1 model runner (Model Runner V2 is detected and left alone), Triton able to
+   run (a GPU, or ``TRITON_INTERPRET=1`` on CPU);
+2. put a :class:`~spectune.vllm._v1_router.Router` in place of
+   ``vllm.v1.sample.rejection_sampler.rejection_sample`` (the function
+   ``RejectionSampler.forward`` calls);
+3. activate it: on CPU at once; on GPUs the router activates itself at the first
+   verification call (vLLM has made its device context by then; nothing here touches the
+   GPU earlier), while a background thread imports the kernels and the database layer.
+
+Anything that goes wrong logs one warning and leaves vLLM as it was. Dependencies point
+one way: the hook uses the routers and the settings; nothing here is imported back by
+them.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+from types import FrameType
+from typing import TYPE_CHECKING, Any
+
+from spectune.messages import one_line
+from spectune.vllm._settings import (
+    ENV_DISABLE,
+    disabled,
+    installed_vllm_version,
+    logger,
+    rng_mode,
+    supported_text,
+    vllm_supported,
+)
+
+if TYPE_CHECKING:
+    from spectune.vllm._v1_router import Router
+
+__all__ = [
+    "STATE",
+    "caller_vllm_config",
+    "hook_worker_init",
+    "new_router",
+    "on_worker_init",
+    "platform_overrides_only",
+    "register",
+    "routed_calls",
+    "why_not_v1",
+]
+
+_HOOK_MARK = "_spectune_worker_hook"
+
+
+class _State:
+    """Process-wide plugin state (a plain class: this module is imported by every vLLM
+    process, and generating dataclass methods costs milliseconds).
+
+    Attributes:
+        registered: Whether :func:`register` has run in this process.
+        router: The router of the engine that started last in this process.
+        routers: Every router made in this process (:func:`routed_calls` adds them up).
+        prefetch: The background import of the kernels and the database layer.
+    """
+
+    def __init__(self) -> None:
+        self.registered = False
+        self.router: Router | None = None
+        self.routers: list[Router] = []
+        self.prefetch: threading.Thread | None = None
+
+
+STATE = _State()
+
+
+def register() -> None:
+    """vLLM general-plugin entry point; cheap, idempotent, never raises.
+
+    Imports nothing heavy: the routing is set up later, in the worker.
+    """
+    if STATE.registered:
+        return
+    STATE.registered = True
+    try:
+        if disabled():
+            logger.info("spectune: disabled by %s=1; vLLM runs unchanged", ENV_DISABLE)
+            return
+        version = installed_vllm_version()
+        if not vllm_supported(version):
+            logger.warning("spectune: vLLM %s is not supported (spectune supports %s); "
+                           "vLLM runs unchanged", version, supported_text())
+            return
+        hook_worker_init()
+        logger.debug("spectune: registered in process %d", os.getpid())
+    except Exception as exc:  # never break vLLM's startup
+        logger.warning("spectune: plugin not loaded (%s); vLLM runs unchanged", one_line(exc))
+
+
+def routed_calls() -> int:
+    """Verification calls in this process that went through spectune's kernels."""
+    return sum(router.stats.routed for router in STATE.routers)
+
+
+def hook_worker_init() -> None:
+    """Run :func:`on_worker_init` after the platform's kernel overrides, in each worker."""
+    from vllm.platforms import current_platform
+
+    platform_cls = type(current_platform)
+    current = platform_cls.register_triton_kernel_overrides
+    if getattr(getattr(current, "__func__", None), _HOOK_MARK, False):
+        return
+
+    def register_triton_kernel_overrides(cls: type) -> None:
+        current()
+        on_worker_init(caller_vllm_config(sys._getframe(1)))
+
+    setattr(register_triton_kernel_overrides, _HOOK_MARK, True)
+    register_triton_kernel_overrides.__doc__ = current.__doc__
+    register_triton_kernel_overrides.__wrapped__ = current  # type: ignore[attr-defined]
+    platform_cls.register_triton_kernel_overrides = classmethod(  # type: ignore[method-assign]
+        register_triton_kernel_overrides
+    )
+
+
+def platform_overrides_only() -> None:
+    """Run the platform's own ``register_triton_kernel_overrides()``, without our hook.
+
+    For callers that need vLLM's kernels outside a worker (``spectune doctor``, tests).
+    """
+    from vllm.platforms import current_platform
+
+    method = type(current_platform).register_triton_kernel_overrides
+    getattr(method.__func__, "__wrapped__", method)()
+
+
+def caller_vllm_config(frame: FrameType | None) -> Any:
+    """The engine's ``VllmConfig``: vLLM's current one, else ``init_worker``'s argument."""
+    try:
+        from vllm.config import VllmConfig, get_current_vllm_config_or_none
+
+        config = get_current_vllm_config_or_none()
+        if config is None and frame is not None:
+            config = frame.f_locals.get("vllm_config")
+        return config if isinstance(config, VllmConfig) else None
+    except Exception:
+        return None
+
+
+def new_router(module: Any, *, rng: str) -> Router:
+    """A V1 router for vLLM's ``module``, counted by :func:`routed_calls`."""
+    from spectune.vllm._v1_router import Router
+
+    router = Router(module, rng=rng)
+    STATE.routers.append(router)
+    return router
+
+
+def on_worker_init(vllm_config: Any, *, at_first_call: bool | None = None) -> None:
+    """Decide for this engine's worker; install (or remove) the routing. Never raises.
+
+    Args:
+        vllm_config: The engine's config (``None``: unknown; V1 assumed).
+        at_first_call: Identify the device and load configs at the first verification
+            call instead of now; ``None`` means on GPUs (the default), not on CPU.
+    """
+    router = None
+    try:
+        import vllm.v1.sample.rejection_sampler as rs
+        from vllm.platforms import current_platform
+
+        if at_first_call is None:
+            at_first_call = not current_platform.is_cpu()
+        # A new engine in this process decides again: the previous one's router goes.
+        if STATE.router is not None:
+            STATE.router.uninstall()
+            STATE.router = None
+        if disabled():
+            logger.info("spectune: disabled by %s=1; vLLM runs unchanged", ENV_DISABLE)
+            return
+        why_not = why_not_v1(vllm_config)
+        if why_not:
+            logger.info("spectune: %s; nothing routed", why_not)
+            return
+        router = STATE.router = new_router(rs, rng=rng_mode())
+        router.install()
+        if at_first_call:
+            # The device is identified at the first call: before that, vLLM may not have
+            # selected this worker's GPU, and we create no device context of our own.
+            # Meanwhile the kernels and the database layer are imported in the
+            # background, off vLLM's startup path (the model loads in the meantime).
+            STATE.prefetch = threading.Thread(
+                target=_prefetch, name="spectune-prefetch", daemon=True
+            )
+            STATE.prefetch.start()
+        else:
+            import torch
+
+            router.activate(torch.device("cpu"))
+    except Exception as exc:
+        if router is not None:
+            router.uninstall()
+        logger.warning("spectune: routing not set up (%s); vLLM runs unchanged", one_line(exc))
+
+
+def why_not_v1(vllm_config: Any) -> str:
+    """Why this engine's V1 verification cannot be routed; empty when it can."""
+    from vllm.triton_utils import HAS_TRITON
+
+    from spectune.identity import use_interpreter
+
+    if vllm_config is not None:
+        spec = vllm_config.speculative_config
+        if spec is None:
+            return "no speculative decoding in this engine"
+        if getattr(spec, "rejection_sample_method", None) == "synthetic":
+            return "synthetic rejection sampling (no verification kernels to route)"
+        if vllm_config.use_v2_model_runner:
+            return (
+                "Model Runner V2 in use: its verification (vllm/v1/worker/gpu/spec_decode) "
+                "is not routed yet (VLLM_USE_V2_MODEL_RUNNER=0 selects the V1 runner)"
+            )
+    if not HAS_TRITON and not use_interpreter():
+        return (
+            "Triton cannot run spectune's kernels here (vLLM found no Triton GPU driver; "
+            "TRITON_INTERPRET=1 runs them on CPU, slowly)"
+        )
+    return ""
+
+
+def _prefetch() -> None:
+    """Import what the first verification call needs: kernels, database reader."""
+    try:
+        import spectune.db
+        import spectune.kernels  # noqa: F401
+    except Exception:  # the first call imports them again and reports the error
+        logger.debug("spectune: prefetch failed", exc_info=True)
