@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
-# One prepared check for a lent GPU (the device tool), under 8 minutes:
-#   1. the kernel tests, natively on the GPU (SPECTUNE_TEST_DEVICE=cuda);
-#   2. scripts/bench_verify.py: ours vs vLLM 0.32's unfused launch sequence.
+# One prepared check for a lent GPU (the device tool), under 9 minutes:
+#   1. the kernel tests of both families, natively on the GPU (SPECTUNE_TEST_DEVICE=cuda);
+#   2. scripts/bench_verify.py: ours vs vLLM 0.32's unfused V1 launch sequence;
+#   3. when vLLM is importable: scripts/bench_verify_mrv2.py (ours vs vLLM's Model Runner
+#      V2 kernels themselves) and scripts/mrv2_engine_check.py (an MRV2 engine with ngram
+#      speculation, greedy tokens with and without spectune).
 # Writes logs, JUnit XML and JSON under $OUT (./out when run by hand).
 # Runs with the machine's own python3, torch and triton: nothing is installed.
 set -uo pipefail
@@ -19,10 +22,23 @@ unset TRITON_INTERPRET
 } 2>&1 | tee "$OUT/device.txt"
 
 status=0
-SPECTUNE_TEST_DEVICE=cuda timeout 270 python3 -m pytest tests/kernels/test_rejection.py -q \
-    -p no:cacheprovider --junitxml="$OUT/kernel-tests.xml" 2>&1 | tee "$OUT/kernel-tests.log"
+SPECTUNE_TEST_DEVICE=cuda timeout 200 python3 -m pytest tests/kernels/test_rejection.py \
+    tests/kernels/test_rejection_mrv2.py -q -p no:cacheprovider \
+    --junitxml="$OUT/kernel-tests.xml" 2>&1 | tee "$OUT/kernel-tests.log"
 [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
 
-timeout 170 python3 scripts/bench_verify.py --json "$OUT/bench.json" 2>&1 | tee "$OUT/bench.log"
+timeout 110 python3 scripts/bench_verify.py --json "$OUT/bench.json" 2>&1 | tee "$OUT/bench.log"
 [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+
+if python3 -c 'import vllm' 2>/dev/null; then
+    timeout 120 python3 scripts/bench_verify_mrv2.py --json "$OUT/bench-mrv2.json" 2>&1 \
+        | tee "$OUT/bench-mrv2.log"
+    [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+    timeout 110 python3 scripts/mrv2_engine_check.py --json "$OUT/engine-mrv2.json" 2>&1 \
+        | tee "$OUT/engine-mrv2.log"
+    [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+else
+    echo "vLLM is not importable here: MRV2 benchmark and engine check skipped" \
+        | tee "$OUT/mrv2-skipped.txt"
+fi
 exit $status

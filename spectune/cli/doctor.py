@@ -21,19 +21,20 @@ def doctor(as_json: bool, self_test: bool) -> None:
 
     Reads the same controls as the plugin (SPECTUNE_DISABLE, SPECTUNE_DB,
     SPECTUNE_FORCE, TRITON_INTERPRET) and the same databases, in the same order. It
-    checks what holds for every engine; whether an engine uses speculative decoding and
-    vLLM's V1 model runner is decided when it starts (the plugin logs it then).
+    checks what holds for every engine; whether an engine uses speculative decoding, and
+    which model runner, is decided when it starts (the plugin logs it then).
     """
     from spectune.vllm import doctor as checks
-    from spectune.vllm import routed_calls
+    from spectune.vllm import passed_calls, routed_calls
 
     diagnosis = checks.diagnose()
-    test = checks.self_test() if self_test and diagnosis.would_route else None
+    tests = checks.self_test() if self_test and diagnosis.would_route else []
     if as_json:
         report = {
             **asdict(diagnosis),
-            "self_test": None if test is None else asdict(test),
+            "self_test": [asdict(test) for test in tests] if tests else None,
             "routed_calls": routed_calls(),
+            "passed_calls": passed_calls(),
         }
         click.echo(json_module.dumps(report))
         return
@@ -50,9 +51,13 @@ def doctor(as_json: bool, self_test: bool) -> None:
         console.print(f"[bold]vLLM[/]: {diagnosis.vllm_version} ({support})")
     verdict = "[green]yes[/]" if diagnosis.would_route else "[red]no[/]"
     console.print(f"[bold]plugin would route[/]: {verdict}")
+    console.print(f"[bold]model runner here[/]: {diagnosis.runner}")
     for reason in diagnosis.reasons:
         console.print(f"  - {reason}")
-    if test is not None:
+    for test in tests:
         status = "[green]passed[/]" if test.ok else "[red]FAILED[/]"
-        console.print(f"[bold]self-test[/]: {status}: {test.detail}")
+        console.print(f"[bold]self-test, {test.runner}[/]: {status}: {test.detail}")
+    if tests:
         console.print(f"[bold]routed calls in this process[/]: {routed_calls()}")
+        passed = ", ".join(f"{n} {why}" for why, n in passed_calls().items()) or "none"
+        console.print(f"[bold]handed to vLLM (not implemented)[/]: {passed}")

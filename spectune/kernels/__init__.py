@@ -11,6 +11,9 @@ Public API:
     rejection_sample: verify drafts (greedy and rejection sampling), vLLM 0.32 semantics.
     rejection_sample_reference: the plain PyTorch reference.
     RejectionInputs: one launch's arguments (what the tuner and the vLLM router build).
+    rejection_sample_mrv2: verify drafts with vLLM 0.32 Model Runner V2 semantics (its
+        arguments, its counter-based random numbers); rejection_sample_mrv2_reference,
+        Mrv2Inputs, Mrv2Reference, mrv2_results_agree: its reference, inputs and rule.
     MAX_VOCAB, LOGITS_DTYPES: the vocabularies and logits dtypes the kernels support.
     FAMILIES: every registered kernel family, by name (what the tuner sees).
     family_hashes, family_space: the installed families as the database checks rows
@@ -25,6 +28,15 @@ from spectune.kernels.rejection import rejection_sample
 from spectune.kernels.rejection_constants import MAX_VOCAB
 from spectune.kernels.rejection_family import FAMILY as _REJECTION
 from spectune.kernels.rejection_inputs import RejectionInputs, draw_random_inputs
+from spectune.kernels.rejection_mrv2 import rejection_sample_mrv2
+from spectune.kernels.rejection_mrv2_family import FAMILY as _REJECTION_MRV2
+from spectune.kernels.rejection_mrv2_inputs import Mrv2Inputs
+from spectune.kernels.rejection_mrv2_reference import (
+    MRV2_NEAR_TIE_RTOL,
+    Mrv2Reference,
+    mrv2_results_agree,
+    rejection_sample_mrv2_reference,
+)
 from spectune.kernels.rejection_reference import (
     NEAR_TIE_RTOL,
     ReferenceResult,
@@ -37,8 +49,11 @@ __all__ = [
     "FAMILIES",
     "LOGITS_DTYPES",
     "MAX_VOCAB",
+    "MRV2_NEAR_TIE_RTOL",
     "NEAR_TIE_RTOL",
     "KernelFamily",
+    "Mrv2Inputs",
+    "Mrv2Reference",
     "ReferenceResult",
     "RejectionInputs",
     "decision_margins_agree",
@@ -46,13 +61,17 @@ __all__ = [
     "family_hashes",
     "family_space",
     "get_family",
+    "mrv2_results_agree",
     "rejection_sample",
+    "rejection_sample_mrv2",
+    "rejection_sample_mrv2_reference",
     "rejection_sample_reference",
 ]
 
 #: Registered kernel families. Adding one is its modules and one line here.
 FAMILIES: dict[str, KernelFamily] = {
     _REJECTION.name: _REJECTION,
+    _REJECTION_MRV2.name: _REJECTION_MRV2,
 }
 
 

@@ -17,15 +17,21 @@ _PHILOX_ROUNDS = 10
 _MASK32 = 0xFFFFFFFF
 
 
-def philox(seed: int, c0: torch.Tensor, c1: int) -> tuple[torch.Tensor, torch.Tensor]:
+def philox(
+    seed: int, c0: torch.Tensor, c1: int | torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Philox4x32-10 as Triton computes it (key = seed; counter = (c0, c1, 0, 0)).
 
-    Returns the first two 32-bit outputs, as int64 tensors holding uint32 values.
+    ``c0`` and a tensor ``c1`` keep their low 32 bits. Returns the first two 32-bit
+    outputs, as int64 tensors holding uint32 values.
     """
     seed &= 0xFFFFFFFFFFFFFFFF
     k0, k1 = seed & _MASK32, (seed >> 32) & _MASK32
     x0 = c0.to(torch.int64) & _MASK32
-    x1 = torch.full_like(x0, c1 & _MASK32)
+    if isinstance(c1, torch.Tensor):
+        x1 = torch.broadcast_to(c1.to(torch.int64) & _MASK32, x0.shape).clone()
+    else:
+        x1 = torch.full_like(x0, c1 & _MASK32)
     x2 = torch.zeros_like(x0)
     x3 = torch.zeros_like(x0)
     for _ in range(_PHILOX_ROUNDS):

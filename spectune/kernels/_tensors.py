@@ -39,6 +39,7 @@ def require_tensor(
     ndim: int | None = None,
     same_device_as: tuple[str, torch.device] | None = None,
     shape: tuple[int, ...] | None = None,
+    rows: bool = False,
 ) -> None:
     """Check a launcher argument without reading its contents (no device sync).
 
@@ -50,6 +51,8 @@ def require_tensor(
         same_device_as: ``(name, device)`` of the argument whose device every other
             must share; ``None`` for any device.
         shape: Required shape; ``None`` for any.
+        rows: Accept strided rows: only the last dimension must be contiguous (vLLM
+            passes row slices of larger buffers).
 
     Raises:
         ValueError: naming ``name`` and what is wrong with it.
@@ -66,5 +69,8 @@ def require_tensor(
         raise ValueError(f"{name} is on {value.device}, {other} on {device}")
     if shape is not None and tuple(value.shape) != shape:
         raise ValueError(f"{name} must have shape {list(shape)}, got {list(value.shape)}")
-    if not value.is_contiguous():
+    if rows:
+        if value.numel() and value.stride(-1) != 1:
+            raise ValueError(f"{name} must be contiguous in its last dimension")
+    elif not value.is_contiguous():
         raise ValueError(f"{name} must be contiguous")

@@ -45,6 +45,7 @@ import triton
 import triton.language as tl
 
 from spectune.identity import backend_of
+from spectune.kernels._reductions import argmax_of_parts, chunk_max
 from spectune.kernels._tensors import INDEX_DTYPES, LOGITS_DTYPES, require_tensor
 from spectune.kernels.rejection_constants import (
     COIN_HIGH_SHIFT,
@@ -80,23 +81,6 @@ def _request_of_row(row, cu_ptr, batch, BLOCK_B: tl.constexpr):
     req = tl.sum((cu <= row).to(tl.int32), axis=0)
     start = tl.load(cu_ptr + req - 1, mask=req > 0, other=0).to(tl.int64)
     return req, start
-
-
-@triton.jit
-def _chunk_max(x_ptr, lo, vocab, n_tiles, BLOCK_V: tl.constexpr):
-    """Max of x[lo : lo + n_tiles * BLOCK_V] (clipped to vocab), first index on ties."""
-    offs = tl.arange(0, BLOCK_V)
-    best = tl.full((), float("-inf"), tl.float32)
-    best_idx = lo.to(tl.int32)
-    for t in range(n_tiles):
-        idx = lo + t * BLOCK_V + offs
-        x = tl.load(x_ptr + idx, mask=idx < vocab, other=float("-inf")).to(tl.float32)
-        tile_max, tile_arg = tl.max(x, axis=0, return_indices=True)
-        # Strictly greater: an earlier tile keeps a tie (first index overall).
-        if tile_max > best:
-            best = tile_max
-            best_idx = (lo + t * BLOCK_V + tile_arg).to(tl.int32)
-    return best, best_idx
 
 
 @triton.jit
@@ -210,7 +194,7 @@ def _fused_row_kernel(
     row = tl.program_id(0).to(tl.int64)
     x_row = x_ptr + row * vocab
     zero = tl.zeros((), tl.int64)
-    row_max, row_arg = _chunk_max(x_row, zero, vocab, n_tiles, BLOCK_V)
+    row_max, row_arg = chunk_max(x_row, zero, vocab, n_tiles, BLOCK_V)
     tl.store(part_max_ptr + row, row_max)
     tl.store(part_arg_ptr + row, row_arg)
     if not ALL_GREEDY:
@@ -243,7 +227,7 @@ def _split_max_kernel(
     pid = tl.program_id(0).to(tl.int64)
     row = pid // SPLITS
     lo = (pid % SPLITS) * chunk
-    best, best_idx = _chunk_max(x_ptr + row * vocab, lo, vocab, n_tiles, BLOCK_V)
+    best, best_idx = chunk_max(x_ptr + row * vocab, lo, vocab, n_tiles, BLOCK_V)
     tl.store(part_max_ptr + pid, best)
     tl.store(part_arg_ptr + pid, best_idx)
 
@@ -309,15 +293,6 @@ def _split_recover_kernel(
 
 
 @triton.jit
-def _argmax_of_parts(value_ptr, index_ptr, row, SPLITS: tl.constexpr, BLOCK_S: tl.constexpr):
-    """Reduce per-split (value, index) partials; the lowest split wins ties."""
-    offs = tl.arange(0, BLOCK_S)
-    values = tl.load(value_ptr + row * SPLITS + offs, mask=offs < SPLITS, other=float("-inf"))
-    _, which = tl.max(values, axis=0, return_indices=True)
-    return tl.load(index_ptr + row * SPLITS + which)
-
-
-@triton.jit
 def _finalize_kernel(
     out_ptr, draft_ptr, cu_ptr, bonus_ptr, greedy_ptr,
     part_max_ptr, part_arg_ptr, part_score_ptr, part_idx_ptr, accept_ptr,
@@ -342,14 +317,14 @@ def _finalize_kernel(
             row = start + pos
             draft = tl.load(draft_ptr + row).to(tl.int32)
             if greedy:
-                token = _argmax_of_parts(part_max_ptr, part_arg_ptr, row, SPLITS, BLOCK_S)
+                token = argmax_of_parts(part_max_ptr, part_arg_ptr, row, SPLITS, BLOCK_S)
                 accepted = draft == token
             else:
                 accepted = tl.load(accept_ptr + row) != 0
                 if accepted:
                     token = draft
                 else:
-                    token = _argmax_of_parts(part_score_ptr, part_idx_ptr, row, SPLITS, BLOCK_S)
+                    token = argmax_of_parts(part_score_ptr, part_idx_ptr, row, SPLITS, BLOCK_S)
             tokens = tl.where(offs == pos, token, tokens)
             rejected = not accepted
     if not rejected:

@@ -10,7 +10,7 @@ from collections.abc import Mapping
 
 import torch
 
-from spectune.kernels import rejection, rejection_constants
+from spectune.kernels import _reductions, rejection, rejection_constants
 from spectune.kernels._code_hash import code_hash
 from spectune.kernels.rejection import rejection_sample
 from spectune.kernels.rejection_inputs import RejectionInputs, make_inputs
@@ -31,13 +31,14 @@ class RejectionSampleFamily:
     Attributes:
         name: ``rejection_sample``.
         source_modules: The code that decides tokens and timings: the kernels and their
-            launcher (:mod:`spectune.kernels.rejection`) and the numbers they share with
-            host code (:mod:`spectune.kernels.rejection_constants`).
+            launcher (:mod:`spectune.kernels.rejection`), the numbers they share with
+            host code (:mod:`spectune.kernels.rejection_constants`) and the shared
+            reductions (:mod:`spectune.kernels._reductions`).
         source_hash: Hash of their code (:func:`spectune.kernels._code_hash.code_hash`).
     """
 
     name = "rejection_sample"
-    source_modules = (rejection, rejection_constants)
+    source_modules = (rejection, rejection_constants, _reductions)
 
     def __init__(self) -> None:
         self.source_hash = code_hash(*self.source_modules)

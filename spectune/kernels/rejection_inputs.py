@@ -28,12 +28,9 @@ from spectune.kernels.rejection_constants import (
 )
 from spectune.space import Problem
 
-__all__ = ["RejectionInputs", "draw_random_inputs", "make_inputs"]
+__all__ = ["RejectionInputs", "draw_random_inputs", "make_inputs", "peaked_logits"]
 
-# Shape of the synthetic logits: a few dominant tokens (together ~95% of the mass, at
-# any vocabulary size) over a Gaussian floor, and a drafter that sees them through
-# noise, so drafts are accepted at realistic rates and some are rejected (every pass
-# of the kernels runs).
+# Shape of the synthetic logits (see peaked_logits): every pass of the kernels runs.
 _LOGIT_SCALE = 2.0
 _LOGIT_PEAK_OVER_LOG_V = 4.0
 _PEAKS = 4
@@ -97,11 +94,7 @@ def make_inputs(
     gen = torch.Generator().manual_seed(seed)
     batch, k, vocab = problem.batch, problem.spec_len, problem.vocab
     n_rows = batch * k
-    logits = torch.randn(n_rows, vocab, generator=gen) * _LOGIT_SCALE
-    peaks = torch.randint(0, vocab, (n_rows, _PEAKS), generator=gen)
-    height = math.log(vocab) + _LOGIT_PEAK_OVER_LOG_V
-    logits.scatter_add_(1, peaks, torch.full((n_rows, _PEAKS), height))
-    draft_logits = logits + torch.randn(n_rows, vocab, generator=gen) * _DRAFT_NOISE
+    logits, draft_logits = peaked_logits(n_rows, vocab, generator=gen)
     draft_probs = torch.softmax(draft_logits, dim=-1)
     drafts = torch.multinomial(draft_probs, 1, generator=gen).flatten()
     cu = torch.arange(1, batch + 1, dtype=torch.int32) * k
@@ -117,6 +110,23 @@ def make_inputs(
         uniform_probs=torch.rand(n_rows, generator=gen, dtype=torch.float64).to(device),
         inv_q=inv_q.to(device),
     )
+
+
+def peaked_logits(
+    rows: int, vocab: int, *, generator: torch.Generator
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Realistic float32 target logits ``[rows, vocab]`` and a drafter's view of them.
+
+    A few dominant tokens (together ~95% of the mass, at any vocabulary size) over a
+    Gaussian floor; the drafter's logits are the target's plus noise, so drafts sampled
+    from them are accepted at realistic rates and some are rejected.
+    """
+    logits = torch.randn(rows, vocab, generator=generator) * _LOGIT_SCALE
+    peaks = torch.randint(0, vocab, (rows, _PEAKS), generator=generator)
+    height = math.log(vocab) + _LOGIT_PEAK_OVER_LOG_V
+    logits.scatter_add_(1, peaks, torch.full((rows, _PEAKS), height))
+    draft_logits = logits + torch.randn(rows, vocab, generator=generator) * _DRAFT_NOISE
+    return logits, draft_logits
 
 
 def draw_random_inputs(

@@ -3,8 +3,10 @@
 vLLM discovers the entry point ``spectune = "spectune.vllm:register"`` (group
 ``vllm.general_plugins``) and calls :func:`register` in every process it starts; each
 worker then loads the tuned configs usable on its device and routes its verification
-(see ``docs/vllm_plugin.md``). :func:`routed_calls` says how many verification calls of
-this process went through spectune's kernels.
+(see ``docs/vllm_plugin.md``): Model Runner V2's (vLLM's default wherever Triton runs)
+or the V1 runner's. :func:`routed_calls` says how many verification calls of this process
+went through spectune's kernels, :func:`passed_calls` how many went to vLLM's own
+function, by reason (modes spectune does not implement).
 
 Controls (environment, read when each worker starts): ``SPECTUNE_DISABLE=1`` does
 nothing; ``SPECTUNE_DB`` names the database read first (see :mod:`spectune.db`);
@@ -13,13 +15,14 @@ nothing; ``SPECTUNE_DB`` names the database read first (see :mod:`spectune.db`);
 drawn as vLLM draws them, so seeded requests give vLLM's tokens).
 
 The package holds the controls (``_settings``), the worker hook (``_hook``), the seam to
-the databases and the kernel registry (``_configs``), the V1 router (``_v1_router``) and
+the databases and the kernel registry (``_configs``), the routers (``_router``: what they
+share; ``_v1_router``, ``_mrv2_router``) and
 ``spectune doctor``'s checks (:mod:`spectune.vllm.doctor`), which use the plugin and are
 never imported by it. Importing this package imports nothing heavy.
 """
 
 from __future__ import annotations
 
-from spectune.vllm._hook import register, routed_calls
+from spectune.vllm._hook import passed_calls, register, routed_calls
 
-__all__ = ["register", "routed_calls"]
+__all__ = ["passed_calls", "register", "routed_calls"]

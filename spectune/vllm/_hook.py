@@ -7,12 +7,14 @@ which vLLM runs in each worker's ``init_worker`` right after loading plugins. Ou
 (:func:`on_worker_init`) runs after the platform's own overrides (on the CPU platform
 those overwrite whatever a plugin registered earlier):
 
-1. decide whether this engine's verification can be routed: speculative decoding on,
-   vLLM's V1 model runner (Model Runner V2 is detected and left alone), Triton able to
-   run (a GPU, or ``TRITON_INTERPRET=1`` on CPU);
-2. put a :class:`~spectune.vllm._v1_router.Router` in place of
-   ``vllm.v1.sample.rejection_sampler.rejection_sample`` (the function
-   ``RejectionSampler.forward`` calls);
+1. decide whether this engine's verification can be routed (speculative decoding on,
+   Triton able to run: a GPU, or ``TRITON_INTERPRET=1`` on CPU) and which runner
+   verifies: Model Runner V2 (vLLM's default wherever Triton runs) or the V1 runner;
+2. put a router in place of the function that runner's ``RejectionSampler`` calls:
+   :class:`~spectune.vllm._mrv2_router.Mrv2Router` for
+   ``vllm.v1.worker.gpu.spec_decode.rejection_sampler.rejection_sample``, or
+   :class:`~spectune.vllm._v1_router.Router` for
+   ``vllm.v1.sample.rejection_sampler.rejection_sample``;
 3. activate it: on CPU at once; on GPUs the router activates itself at the first
    verification call (vLLM has made its device context by then; nothing here touches the
    GPU earlier), while a background thread imports the kernels and the database layer.
@@ -42,18 +44,22 @@ from spectune.vllm._settings import (
 )
 
 if TYPE_CHECKING:
+    from spectune.vllm._router import SeamRouter
     from spectune.vllm._v1_router import Router
 
 __all__ = [
     "STATE",
     "caller_vllm_config",
     "hook_worker_init",
+    "new_mrv2_router",
     "new_router",
     "on_worker_init",
+    "passed_calls",
     "platform_overrides_only",
     "register",
     "routed_calls",
-    "why_not_v1",
+    "uses_model_runner_v2",
+    "why_not_routed",
 ]
 
 _HOOK_MARK = "_spectune_worker_hook"
@@ -72,8 +78,8 @@ class _State:
 
     def __init__(self) -> None:
         self.registered = False
-        self.router: Router | None = None
-        self.routers: list[Router] = []
+        self.router: SeamRouter | None = None
+        self.routers: list[SeamRouter] = []
         self.prefetch: threading.Thread | None = None
 
 
@@ -106,6 +112,16 @@ def register() -> None:
 def routed_calls() -> int:
     """Verification calls in this process that went through spectune's kernels."""
     return sum(router.stats.routed for router in STATE.routers)
+
+
+def passed_calls() -> dict[str, int]:
+    """Verification calls in this process handed to vLLM's own function, by reason
+    (modes spectune does not implement, such as ``"block verification"``)."""
+    counts: dict[str, int] = {}
+    for router in STATE.routers:
+        for reason, n in router.stats.passed_reasons.items():
+            counts[reason] = counts.get(reason, 0) + n
+    return counts
 
 
 def hook_worker_init() -> None:
@@ -162,6 +178,15 @@ def new_router(module: Any, *, rng: str) -> Router:
     return router
 
 
+def new_mrv2_router(module: Any) -> SeamRouter:
+    """A Model Runner V2 router for vLLM's ``module``, counted by :func:`routed_calls`."""
+    from spectune.vllm._mrv2_router import Mrv2Router
+
+    router = Mrv2Router(module)
+    STATE.routers.append(router)
+    return router
+
+
 def on_worker_init(vllm_config: Any, *, at_first_call: bool | None = None) -> None:
     """Decide for this engine's worker; install (or remove) the routing. Never raises.
 
@@ -170,9 +195,8 @@ def on_worker_init(vllm_config: Any, *, at_first_call: bool | None = None) -> No
         at_first_call: Identify the device and load configs at the first verification
             call instead of now; ``None`` means on GPUs (the default), not on CPU.
     """
-    router = None
+    router: SeamRouter | None = None
     try:
-        import vllm.v1.sample.rejection_sampler as rs
         from vllm.platforms import current_platform
 
         if at_first_call is None:
@@ -184,11 +208,21 @@ def on_worker_init(vllm_config: Any, *, at_first_call: bool | None = None) -> No
         if disabled():
             logger.info("spectune: disabled by %s=1; vLLM runs unchanged", ENV_DISABLE)
             return
-        why_not = why_not_v1(vllm_config)
+        why_not = why_not_routed(vllm_config)
         if why_not:
             logger.info("spectune: %s; nothing routed", why_not)
             return
-        router = STATE.router = new_router(rs, rng=rng_mode())
+        if uses_model_runner_v2(vllm_config):
+            import importlib
+
+            from spectune.vllm._mrv2_router import MRV2_MODULE
+
+            router = new_mrv2_router(importlib.import_module(MRV2_MODULE))
+        else:
+            import vllm.v1.sample.rejection_sampler as rs
+
+            router = new_router(rs, rng=rng_mode())
+        STATE.router = router
         router.install()
         if at_first_call:
             # The device is identified at the first call: before that, vLLM may not have
@@ -209,8 +243,17 @@ def on_worker_init(vllm_config: Any, *, at_first_call: bool | None = None) -> No
         logger.warning("spectune: routing not set up (%s); vLLM runs unchanged", one_line(exc))
 
 
-def why_not_v1(vllm_config: Any) -> str:
-    """Why this engine's V1 verification cannot be routed; empty when it can."""
+def uses_model_runner_v2(vllm_config: Any) -> bool:
+    """Whether the engine verifies with Model Runner V2 (``None``: unknown, V1 assumed)."""
+    return vllm_config is not None and bool(vllm_config.use_v2_model_runner)
+
+
+def why_not_routed(vllm_config: Any) -> str:
+    """Why this engine's verification cannot be routed; empty when it can.
+
+    Per-call modes spectune does not implement (block verification, watermarking...)
+    are not reasons here: the router hands those calls to vLLM and counts them.
+    """
     from vllm.triton_utils import HAS_TRITON
 
     from spectune.identity import use_interpreter
@@ -219,13 +262,9 @@ def why_not_v1(vllm_config: Any) -> str:
         spec = vllm_config.speculative_config
         if spec is None:
             return "no speculative decoding in this engine"
-        if getattr(spec, "rejection_sample_method", None) == "synthetic":
+        synthetic = getattr(spec, "rejection_sample_method", None) == "synthetic"
+        if synthetic and not uses_model_runner_v2(vllm_config):
             return "synthetic rejection sampling (no verification kernels to route)"
-        if vllm_config.use_v2_model_runner:
-            return (
-                "Model Runner V2 in use: its verification (vllm/v1/worker/gpu/spec_decode) "
-                "is not routed yet (VLLM_USE_V2_MODEL_RUNNER=0 selects the V1 runner)"
-            )
     if not HAS_TRITON and not use_interpreter():
         return (
             "Triton cannot run spectune's kernels here (vLLM found no Triton GPU driver; "

@@ -4,15 +4,10 @@
 ``vllm.v1.sample.rejection_sampler`` (the one ``RejectionSampler.forward`` calls) with
 one that draws the random inputs as vLLM does (or, with ``SPECTUNE_RNG=fused``, lets
 the kernels draw them) and launches its kernel family with the launch config looked up
-once per shape. Calls it does not support (synthetic acceptance, non-float32 draft
-probabilities, vocabularies past the kernels' limit) go to vLLM's original function.
-
-A router is built once per engine with its kernel family's name; :meth:`Router.activate`
-identifies the device and loads the tuned configs (:class:`spectune.vllm._configs.
-TunedConfigs`), then routes or hands vLLM its function back, and logs one line. The
-worker hook activates it at once on CPU; on GPUs it activates itself at its first call,
-when vLLM has selected the worker's device. Whatever fails is logged once and vLLM's
-own function is used from then on.
+once per shape. Calls it does not implement (synthetic acceptance, non-float32 draft
+probabilities, other logits dtypes, vocabularies past the kernels' limit) go to vLLM's
+original function, counted with the reason. Installing, activating and failing safely
+are :class:`spectune.vllm._router.SeamRouter`'s.
 
 :func:`expand_kernel` is a correct replacement for the C++ fallback that vLLM's CPU
 platform registers for ``expand_kernel`` (per-request values to per-token values: the
@@ -24,25 +19,22 @@ from __future__ import annotations
 import contextlib
 import inspect
 import logging
-import threading
 from collections.abc import Callable, Iterator, Mapping
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 import torch
 
-from spectune.messages import one_line
-from spectune.vllm._settings import ENV_FORCE, RNG_FUSED, RNG_VLLM, forced, logger
+from spectune.vllm._router import SeamRouter
+from spectune.vllm._settings import RNG_FUSED, RNG_VLLM
 
 if TYPE_CHECKING:
-    from spectune.kernels import KernelFamily, RejectionInputs
-    from spectune.vllm._configs import TunedConfigs
+    from spectune.kernels import RejectionInputs
 
 __all__ = [
     "EXPAND_KERNEL",
     "V1_KERNEL",
     "Router",
-    "RouterStats",
     "expand_kernel",
     "fused_seeds",
     "vllm_random_inputs",
@@ -59,33 +51,7 @@ _SEED_HIGH = 2**63 - 1
 ShapeKey = tuple[int, int, int, torch.dtype, bool]
 
 
-class RouterStats:
-    """What a router did.
-
-    Plain classes here, not dataclasses: this module is imported on vLLM's worker
-    start-up path, where generating dataclass methods costs milliseconds.
-
-    Attributes:
-        routed: Verification calls that ran spectune's kernels.
-        passed: Calls handed to vLLM's original function (unsupported there).
-        tuned_shapes: Shapes seen that had a tuned config.
-        default_shapes: Shapes seen that used the kernels' default config.
-    """
-
-    __slots__ = ("default_shapes", "passed", "routed", "tuned_shapes")
-
-    def __init__(self) -> None:
-        self.routed = 0
-        self.passed = 0
-        self.tuned_shapes = 0
-        self.default_shapes = 0
-
-    def __repr__(self) -> str:
-        return (f"RouterStats(routed={self.routed}, passed={self.passed}, "
-                f"tuned_shapes={self.tuned_shapes}, default_shapes={self.default_shapes})")
-
-
-class Router:
+class Router(SeamRouter):
     """Routes vLLM's V1 verification to one spectune kernel family.
 
     Args:
@@ -93,113 +59,42 @@ class Router:
         kernel: Name of the kernel family that runs the verification.
         rng: ``vllm`` (random inputs drawn as vLLM draws them) or ``fused`` (drawn by
             the kernels from one seed per request).
-
-    Attributes:
-        configs: The tuned configs in use, once :meth:`configure` (or
-            :meth:`activate`) has set them.
-        stats: What the router did.
     """
 
+    runner = "vLLM V1 rejection sampling"
+
     def __init__(self, module: ModuleType, *, kernel: str = V1_KERNEL, rng: str = RNG_VLLM) -> None:
-        self.module = module
-        self.kernel = kernel
+        super().__init__(module, kernel=kernel)
         self.rng = rng
-        self.configs: TunedConfigs | None = None
-        self.stats = RouterStats()
-        self._family: KernelFamily | None = None
         self._max_vocab = 0
         self._logits_dtypes: tuple[torch.dtype, ...] = ()
         self._inputs_type: type[RejectionInputs] | None = None
-        self._original: Callable[..., torch.Tensor] | None = None
         self._original_expand: Callable[..., Any] | None = None
         self._expand_override: Any = None
-        self._shape_configs: dict[ShapeKey, dict[str, int]] = {}
-        self._failed = False
-        self._lock = threading.Lock()
 
     def __repr__(self) -> str:
         state = "configured" if self.configured else "not configured"
         return f"Router({state}, installed={self.installed}, rng={self.rng!r}, {self.stats})"
 
-    # ------------------------------------------------------------------ install
+    def _configure_kernels(self) -> None:
+        from spectune.kernels import LOGITS_DTYPES, MAX_VOCAB, RejectionInputs
 
-    @property
-    def installed(self) -> bool:
-        """Whether vLLM's ``rejection_sample`` is currently this router's."""
-        return getattr(self.module.rejection_sample, "__self__", None) is self
-
-    @property
-    def original(self) -> Callable[..., torch.Tensor]:
-        """vLLM's own ``rejection_sample``."""
-        if self._original is not None:
-            return self._original
-        return _unwrap(self.module.rejection_sample)
-
-    def install(self) -> None:
-        """Put :meth:`rejection_sample` in place of vLLM's function (idempotent)."""
-        current = self.module.rejection_sample
-        if getattr(current, "__self__", None) is self:
-            return
-        self._original = _unwrap(current)
-        self.module.rejection_sample = self.rejection_sample
-
-    @property
-    def configured(self) -> bool:
-        """Whether :meth:`configure` has set the tuned configs and the kernel family."""
-        return self._family is not None
-
-    def configure(self, configs: TunedConfigs) -> None:
-        """Use ``configs`` (and forget cached per-shape configs); imports the kernels.
-
-        The kernels are imported here, not at module import: on GPUs the worker hook
-        installs the router at once and imports the kernels in the background until the
-        first call activates it.
-        """
-        from spectune.kernels import LOGITS_DTYPES, MAX_VOCAB, RejectionInputs, get_family
-
-        self._family = get_family(self.kernel)
         self._inputs_type = RejectionInputs
         self._max_vocab = MAX_VOCAB
         self._logits_dtypes = tuple(LOGITS_DTYPES)
-        self.configs = configs
-        self._shape_configs.clear()
 
-    def activate(self, device: torch.device) -> bool:
-        """Identify ``device``, load its tuned configs, and route or step aside.
-
-        With no tuned config usable on the device (and no ``SPECTUNE_FORCE=1``), vLLM's
-        functions are given back: the point of routing is the tuned configs. Logs one
-        line either way.
-
-        Returns:
-            Whether the router routes from now on.
-
-        Raises:
-            Exception: whatever identifying the device or importing the kernels raised;
-                the caller uninstalls and reports it.
-        """
+    def _route_extras(self) -> str:
         from vllm.triton_utils import dispatcher
 
-        from spectune.vllm._configs import TunedConfigs
-
-        configs = TunedConfigs.load(device)
-        if configs.usable == 0 and not forced():
-            self.uninstall()
-            logger.warning("%s; %d tuned configs usable here; nothing routed (%s=1 routes "
-                           "with default configs)", configs.describe(), configs.usable,
-                           ENV_FORCE)
-            return False
-        self.configure(configs)
-        routed = "vLLM V1 rejection sampling"
         # Only a platform fallback (the CPU platform's C++ expand) is replaced: a GPU's
         # Triton expand_kernel is correct.
         if isinstance(getattr(self.module, "expand_kernel", None), dispatcher.KernelOverride):
             self.route_expand()
-            routed += " and the CPU expand step"
-        why = f" ({ENV_FORCE}=1)" if configs.usable == 0 else ""
-        logger.info("%s; %d tuned configs usable here%s; routed %s to spectune kernels "
-                    "(RNG: %s)", configs.describe(), configs.usable, why, routed, self.rng)
-        return True
+            return " and the CPU expand step"
+        return ""
+
+    def _details(self) -> str:
+        return f"RNG: {self.rng}"
 
     def route_expand(self) -> None:
         """Make vLLM's ``expand_kernel`` override launch :func:`expand_kernel`.
@@ -230,8 +125,7 @@ class Router:
 
     def uninstall(self) -> None:
         """Give vLLM back its own functions (idempotent)."""
-        if getattr(self.module.rejection_sample, "__self__", None) is self:
-            self.module.rejection_sample = self.original
+        super().uninstall()
         original, override = self._original_expand, self._expand_override
         current = getattr(self.module, "expand_kernel", None)
         if original is not None and getattr(current, "func", None) is expand_kernel:
@@ -252,23 +146,9 @@ class Router:
         the family's default. Looked up once per shape, then cached."""
         key = _shape_key(inputs.max_spec_len, inputs.cu_num_draft_tokens, inputs.target_logits,
                          inputs.draft_probs)
-        config = self._shape_configs.get(key)
-        return self._look_up(key, inputs) if config is None else config
-
-    def _look_up(self, key: ShapeKey, inputs: RejectionInputs) -> dict[str, int]:
-        """The first call of a shape: ask the tuned configs, else take the default."""
-        family, configs = self._family, self.configs
-        assert family is not None and configs is not None
-        problem = family.problem_of(inputs)
-        tuned = configs.lookup(family.name, problem)
-        if tuned is not None:
-            self.stats.tuned_shapes += 1
-            config = dict(tuned)
-        else:
-            self.stats.default_shapes += 1
-            config = family.default_config(problem, configs.backend)
-        self._shape_configs[key] = config
-        return config
+        family = self._family
+        assert family is not None
+        return self.config_of(key, lambda: family.problem_of(inputs))
 
     def rejection_sample(
         self,
@@ -294,50 +174,25 @@ class Router:
             "synthetic_conditional_rates": synthetic_conditional_rates,
             "use_fp64_gumbel": use_fp64_gumbel,
         }
-        original = self.original
-        if not self.configured:
-            self._first_call(target_logits.device)
-            if not self.configured or not self.installed:
-                return original(*args, **kwargs)
-        family = self._family
-        assert family is not None
-        if synthetic_mode or not self._supported(draft_probs, target_logits):
-            self.stats.passed += 1
-            return original(*args, **kwargs)
-        try:
-            inputs, config = self.prepare(*args, use_fp64_gumbel=use_fp64_gumbel)
-            out = family.launch(inputs, config)
-        except Exception as exc:
-            self._fail("a routed verification call failed", exc)
-            return original(*args, **kwargs)
-        self.stats.routed += 1
-        return out
+        return self._route(
+            target_logits.device, args, kwargs,
+            lambda: "synthetic acceptance" if synthetic_mode else self._unsupported(
+                draft_probs, target_logits
+            ),
+            lambda: self.prepare(*args, use_fp64_gumbel=use_fp64_gumbel),
+        )
 
-    def _first_call(self, device: torch.device) -> None:
-        with self._lock:
-            if self.configured or self._failed:
-                return
-            try:
-                self.activate(device)
-            except Exception as exc:
-                self._fail("routing not set up at the first verification call", exc)
-
-    def _fail(self, what: str, exc: BaseException) -> None:
-        """Give vLLM its functions back for good, and say why once."""
-        self._failed = True
-        try:
-            self.uninstall()
-        except Exception:
-            logger.debug("spectune: uninstall failed", exc_info=True)
-        logger.warning("spectune: %s (%s: %s); vLLM's own kernels are used from now on",
-                       what, type(exc).__name__, one_line(exc))
-
-    def _supported(self, draft_probs: torch.Tensor | None, target_logits: torch.Tensor) -> bool:
+    def _unsupported(
+        self, draft_probs: torch.Tensor | None, target_logits: torch.Tensor
+    ) -> str:
+        """Why a call is not routed (empty when it is)."""
         if target_logits.shape[-1] > self._max_vocab:
-            return False
+            return "vocabulary over the kernels' limit"
         if target_logits.dtype not in self._logits_dtypes:
-            return False
-        return draft_probs is None or draft_probs.dtype == torch.float32
+            return f"{target_logits.dtype} target logits"
+        if draft_probs is not None and draft_probs.dtype != torch.float32:
+            return f"{draft_probs.dtype} draft probabilities"
+        return ""
 
     def prepare(
         self,
@@ -360,14 +215,14 @@ class Router:
         if not target_logits.is_contiguous():
             target_logits = target_logits.contiguous()
         make_inputs = self._inputs_type
+        family = self._family
+        assert make_inputs is not None and family is not None
         key = _shape_key(max_spec_len, cu_num_draft_tokens, target_logits, draft_probs)
-        config = self._shape_configs.get(key)
-        if config is None:
-            config = self._look_up(key, make_inputs(
-                draft_token_ids=draft_token_ids, cu_num_draft_tokens=cu_num_draft_tokens,
-                target_logits=target_logits, bonus_token_ids=bonus_token_ids,
-                max_spec_len=max_spec_len, draft_probs=draft_probs,
-            ))
+        config = self.config_of(key, lambda: family.problem_of(make_inputs(
+            draft_token_ids=draft_token_ids, cu_num_draft_tokens=cu_num_draft_tokens,
+            target_logits=target_logits, bonus_token_ids=bonus_token_ids,
+            max_spec_len=max_spec_len, draft_probs=draft_probs,
+        )))
         is_greedy = uniform_probs = inv_q = seeds = None
         if not sampling_metadata.all_greedy:
             is_greedy = sampling_metadata.temperature == 0
@@ -470,14 +325,6 @@ def expand_kernel(
     expanded = torch.repeat_interleave(values, counts)
     n = min(expanded.shape[0], output_ptr.shape[0])
     output_ptr[:n].copy_(expanded[:n])
-
-
-def _unwrap(function: Callable[..., Any]) -> Callable[..., Any]:
-    """vLLM's function behind a (possibly stale) router's bound method."""
-    owner = getattr(function, "__self__", None)
-    if isinstance(owner, Router):
-        return owner.original
-    return function
 
 
 def _retarget(override: Any, impl: Callable[..., Any]) -> bool:

@@ -1,10 +1,13 @@
 """``spectune doctor``'s checks: what the vLLM plugin would decide here, and a self-test.
 
 :func:`diagnose` says what ``register()`` and a worker would decide on this machine,
-without running vLLM. :func:`self_test` builds a small batch (greedy, seeded and unseeded
-random, and zero-draft requests; with and without draft probabilities) and calls vLLM's V1
-``rejection_sample`` and a router's replacement on the same inputs with the same
-generators: the tokens must be equal.
+without running vLLM, and which runner's verification would be routed.
+:func:`self_test` runs each router on a small batch (greedy, random, zero-draft
+requests; with and without draft probabilities or logits) beside what vLLM computes:
+the V1 router beside vLLM's V1 ``rejection_sample`` with the same generators; the Model
+Runner V2 router beside vLLM's MRV2 ``rejection_sample`` where vLLM's Triton kernels run
+(a GPU), else beside spectune's PyTorch reference of it (MRV2 needs Triton, so a CPU
+vLLM never runs it). The tokens must be equal.
 
 This module uses the plugin (its settings, its configs seam, its router); the plugin never
 imports it.
@@ -29,10 +32,11 @@ from spectune.vllm._settings import (
 )
 
 if TYPE_CHECKING:
+    from spectune.vllm._mrv2_router import Mrv2Router
     from spectune.vllm._v1_router import Router
 
-__all__ = ["Diagnosis", "SelfTest", "diagnose", "make_sampling_metadata", "run_self_test",
-           "self_test"]
+__all__ = ["Diagnosis", "SelfTest", "diagnose", "make_sampling_metadata",
+           "run_mrv2_self_test", "run_self_test", "self_test"]
 
 
 @dataclass
@@ -46,7 +50,10 @@ class Diagnosis:
         usable: Tuned configs usable on this device.
         vllm_version: Installed vLLM version (``None`` when vLLM is not installed).
         vllm_supported: Whether that version is supported.
-        would_route: Whether a V1 worker would route its verification to spectune.
+        would_route: Whether a worker would route its verification to spectune.
+        runner: The model runner a vLLM engine would verify with here (Model Runner V2
+            where vLLM's Triton works and ``VLLM_USE_V2_MODEL_RUNNER`` is not 0, else
+            V1), and the kernel family that verifies for it.
         reasons: Why (or why not), one line each.
     """
 
@@ -57,6 +64,7 @@ class Diagnosis:
     vllm_version: str | None
     vllm_supported: bool
     would_route: bool
+    runner: str = ""
     reasons: list[str] = field(default_factory=list)
 
 
@@ -99,13 +107,24 @@ def diagnose() -> Diagnosis:
             reasons.append(f"no tuned configs usable here ({ENV_FORCE}=1 routes with defaults)")
     else:
         reasons.append(f"{configs.usable} tuned configs usable here")
+    from spectune.vllm._mrv2_router import MRV2_KERNEL
+    from spectune.vllm._v1_router import V1_KERNEL
+
+    env_runner = os.environ.get("VLLM_USE_V2_MODEL_RUNNER", "")
+    if env_runner == "1" or (has_triton and env_runner != "0"):
+        runner = f"Model Runner V2 (family {MRV2_KERNEL})"
+    else:
+        runner = f"V1 (family {V1_KERNEL})"
     if route:
-        reasons.append("a V1 worker with speculative decoding routes its verification")
-        if has_triton and os.environ.get("VLLM_USE_V2_MODEL_RUNNER", "") in ("", "1"):
-            reasons.append(
-                "vLLM picks Model Runner V2 by default where Triton works; it is not "
-                "routed yet (VLLM_USE_V2_MODEL_RUNNER=0 selects the V1 runner)"
-            )
+        reasons.append(
+            f"a worker with speculative decoding routes its verification (either runner; "
+            f"here {runner})"
+        )
+        reasons.append(
+            "handed to vLLM per call and counted (not implemented by spectune): block "
+            "verification, synthetic acceptance, watermarking, a draft vocabulary narrower "
+            "than the target's"
+        )
     return Diagnosis(
         device=identity.describe(),
         software=software.as_dict(),
@@ -114,45 +133,57 @@ def diagnose() -> Diagnosis:
         vllm_version=version,
         vllm_supported=supported,
         would_route=route,
+        runner=runner,
         reasons=reasons,
     )
 
 
-def self_test() -> SelfTest:
-    """Run a few verification calls through a router, beside vLLM's own function.
+def self_test() -> list[SelfTest]:
+    """Run a few verification calls through each router, beside what vLLM computes.
 
-    The router uses the configs the plugin would load here (defaults where nothing is
-    tuned), is not installed into vLLM, and is counted by
+    The routers use the configs the plugin would load here (defaults where nothing is
+    tuned), are not installed into vLLM, and are counted by
     :func:`spectune.vllm.routed_calls`. Needs vLLM, and Triton able to run (a GPU or
     ``TRITON_INTERPRET=1``).
+
+    Returns:
+        The V1 router's outcome, then Model Runner V2's.
     """
+    import importlib
+
     import vllm.v1.sample.rejection_sampler as rs
 
     from spectune.identity import torch_device
     from spectune.vllm._configs import TunedConfigs
-    from spectune.vllm._hook import new_router
+    from spectune.vllm._hook import new_mrv2_router, new_router
+    from spectune.vllm._mrv2_router import MRV2_MODULE
     from spectune.vllm._settings import RNG_VLLM
 
     configs = TunedConfigs.load()
+    device = torch.device(torch_device(configs.backend))
     # vLLM's random numbers: the tokens are compared with vLLM's, seeded or not.
     router = new_router(rs, rng=RNG_VLLM)
     router.configure(configs)
-    return run_self_test(router, torch.device(torch_device(configs.backend)))
+    mrv2 = new_mrv2_router(importlib.import_module(MRV2_MODULE))
+    mrv2.configure(configs)
+    return [run_self_test(router, device), run_mrv2_self_test(mrv2, device)]
 
 
 @dataclass(frozen=True)
 class SelfTest:
-    """Outcome of :func:`run_self_test`.
+    """Outcome of :func:`run_self_test` or :func:`run_mrv2_self_test`.
 
     Attributes:
         ok: Whether the routed calls ran and gave vLLM's tokens.
         routed: Calls that went through spectune's kernels.
         detail: One line: what was compared, or what went wrong.
+        runner: The model runner whose verification was tested.
     """
 
     ok: bool
     routed: int
     detail: str
+    runner: str = "V1"
 
 
 def make_sampling_metadata(
@@ -240,4 +271,83 @@ def _run(router: Router, device: torch.device, start: int) -> SelfTest:
         ok=True, routed=routed,
         detail=f"{compared} routed calls gave vLLM's tokens (greedy, seeded and unseeded "
         "random, zero-draft; with and without draft probabilities)",
+    )
+
+
+def run_mrv2_self_test(router: Mrv2Router, device: torch.device) -> SelfTest:
+    """Compare ``router``'s MRV2 ``rejection_sample`` with vLLM's (where its Triton
+    kernels run) or with the PyTorch reference (elsewhere). Never raises.
+
+    ``router`` must be configured; its call counts include the routed calls made here.
+    """
+    start = router.stats.routed
+    runner = "Model Runner V2"
+    try:
+        return _run_mrv2(router, device, start)
+    except Exception as exc:
+        return SelfTest(ok=False, routed=router.stats.routed - start,
+                        detail=f"{type(exc).__name__}: {exc}", runner=runner)
+
+
+def _run_mrv2(router: Mrv2Router, device: torch.device, start: int) -> SelfTest:
+    from vllm.triton_utils import HAS_TRITON
+
+    from spectune.kernels import mrv2_results_agree, rejection_sample_mrv2_reference
+
+    runner = "Model Runner V2"
+    gen = torch.Generator().manual_seed(0)
+    # Requests: 3 drafts, none (bonus only), 2 drafts with a placeholder, 3 drafts.
+    counts, vocab, k, states = [4, 1, 3, 4], 64, 3, 6
+    rows = sum(counts)
+    cu = torch.tensor([0, *counts]).cumsum(0).to(torch.int32)
+    idx_mapping = torch.tensor([4, 0, 2, 5], dtype=torch.int32)
+    drafts = torch.randint(0, vocab, (rows,), generator=gen)
+    drafts[int(cu[2]) + 2] = -1
+    args = {
+        "target_logits": torch.randn(rows, vocab, generator=gen) * 3,
+        "draft_sampled": drafts,
+        "cu_num_logits": cu,
+        "pos": torch.arange(100, 100 + rows, dtype=torch.int64),
+        "idx_mapping": idx_mapping,
+        "expanded_idx_mapping": idx_mapping.repeat_interleave(torch.tensor(counts)),
+        "expanded_local_pos": torch.cat([torch.arange(c) for c in counts]).to(torch.int32),
+        "seed": torch.arange(states, dtype=torch.int64) * 7919 + 17,
+        "num_speculative_steps": k,
+    }
+    draft_logits = torch.randn(states, k, vocab, generator=gen) * 3
+    oracle = "vLLM's MRV2 kernels" if HAS_TRITON else "spectune's PyTorch reference"
+    compared = 0
+    for with_draft in (False, True):
+        for temperatures in ([0.0] * states, [1.0, 0.0, 0.7, 0.0, 1.0, 2.0]):
+            call = {
+                name: value.to(device) if isinstance(value, torch.Tensor) else value
+                for name, value in args.items()
+            }
+            call["draft_logits"] = draft_logits.to(device) if with_draft else None
+            call["temperature"] = torch.tensor(temperatures, dtype=torch.float32, device=device)
+            ours = router.rejection_sample(**call)
+            if HAS_TRITON:
+                theirs = router.original(**call)
+                n = theirs[1].cpu()
+                same = torch.equal(ours[1].cpu(), n) and all(
+                    torch.equal(ours[0][i, : n[i]].cpu(), theirs[0][i, : n[i]].cpu())
+                    for i in range(len(counts))
+                )
+                why = "" if same else f"{ours[0].tolist()} vs {theirs[0].tolist()}"
+            else:
+                ref = rejection_sample_mrv2_reference(**call)
+                same, why = mrv2_results_agree(ref, ours)
+            if not same:
+                return SelfTest(ok=False, routed=router.stats.routed - start, runner=runner,
+                                detail=f"tokens differ from {oracle}: {why}")
+            compared += 1
+    routed = router.stats.routed - start
+    if routed != compared:
+        return SelfTest(ok=False, routed=routed, runner=runner,
+                        detail="some calls were not routed")
+    return SelfTest(
+        ok=True, routed=routed, runner=runner,
+        detail=f"{compared} routed calls gave the tokens of {oracle} (greedy and random "
+        "requests, a placeholder draft, a request without drafts; with and without draft "
+        "logits)",
     )

@@ -104,10 +104,22 @@ def test_canonical_text_leaves_out_empty_fields() -> None:
 
 
 def test_the_registered_hashes_are_code_hashes() -> None:
-    from spectune.kernels import rejection, rejection_constants
+    from spectune.kernels import (
+        _reductions,
+        rejection,
+        rejection_constants,
+        rejection_mrv2,
+        rejection_mrv2_constants,
+    )
 
-    assert family_hashes() == {"rejection_sample": FAMILIES["rejection_sample"].source_hash}
-    assert family_hashes()["rejection_sample"] == code_hash(rejection, rejection_constants)
+    assert family_hashes() == {name: f.source_hash for name, f in FAMILIES.items()}
+    assert sorted(family_hashes()) == ["rejection_sample", "rejection_sample_mrv2"]
+    assert family_hashes()["rejection_sample"] == code_hash(
+        rejection, rejection_constants, _reductions
+    )
+    assert family_hashes()["rejection_sample_mrv2"] == code_hash(
+        rejection_mrv2, rejection_mrv2_constants, rejection_constants, _reductions
+    )
     assert len(code_hash(rejection)) == 16
     assert code_hash(rejection) != code_hash(rejection, rejection_constants)
 
@@ -122,13 +134,13 @@ _SAME = {
         "rejection.py", "Chain verification of speculative drafts: greedy and rejection",
         "Chain verification of speculative drafts, greedy and rejection"),
     "kernel docstring": (
-        "rejection.py", '"""Max of x[lo : lo + n_tiles * BLOCK_V]',
+        "_reductions.py", '"""Max of x[lo : lo + n_tiles * BLOCK_V]',
         '"""The max of x[lo : lo + n_tiles * BLOCK_V]'),
     "launcher docstring": (
         "rejection.py", "Verify speculative drafts against target logits; vLLM 0.32 V1 semantics.",
         "Verify drafts against the target's logits, with vLLM 0.32's V1 semantics."),
     "kernel comment": (
-        "rejection.py", "# Strictly greater: an earlier tile keeps a tie (first index overall).",
+        "_reductions.py", "# Strictly greater: an earlier tile keeps a tie (first index overall).",
         "# Strictly greater, so that an earlier tile keeps a tie.\n        # (Another line.)"),
     "formatting": (
         "rejection.py", "    return req, start\n",
@@ -145,16 +157,34 @@ _SAME = {
     "family adapter": (
         "rejection_family.py", '"""The problem ``inputs`` belong to',
         '"""The tuning problem of ``inputs``'),
+    "mrv2 reference": (
+        "rejection_mrv2_reference.py", "MRV2_NEAR_TIE_RTOL = 1e-5", "MRV2_NEAR_TIE_RTOL = 2e-5"),
+    "mrv2 host random numbers": (
+        "rejection_mrv2_random.py", "_RAND_SCALE = 4.6566127342e-10",
+        "_RAND_SCALE = 4.6566127342e-10  # tl.rand's"),
+    "mrv2 kernel docstring": (
+        "rejection_mrv2.py", '"""One 32-bit block of MurmurHash3',
+        '"""A 32-bit block of MurmurHash3'),
 }
+V1, MRV2 = "rejection_sample", "rejection_sample_mrv2"
+# Per edit: the families whose source hash it must change (and no other).
 _CHANGED = {
     "kernel code": (
-        "rejection.py", "other=2**31 - 1", "other=2**31 - 2"),
+        "rejection.py", "other=2**31 - 1", "other=2**31 - 2", {V1}),
     "launcher code": (
-        "rejection.py", "_FINALIZE_NUM_WARPS = 1", "_FINALIZE_NUM_WARPS = 2"),
+        "rejection.py", "_FINALIZE_NUM_WARPS = 1", "_FINALIZE_NUM_WARPS = 2", {V1}),
     "input checks": (
-        "rejection.py", "if vocab > MAX_VOCAB:", "if vocab >= MAX_VOCAB:"),
+        "rejection.py", "if vocab > MAX_VOCAB:", "if vocab >= MAX_VOCAB:", {V1}),
     "shared constant": (
-        "rejection_constants.py", "FIXED_POINT_BITS = 42", "FIXED_POINT_BITS = 41"),
+        "rejection_constants.py", "FIXED_POINT_BITS = 42", "FIXED_POINT_BITS = 41", {V1, MRV2}),
+    "shared reduction": (
+        "_reductions.py", "return tl.load(index_ptr + row * SPLITS + which)",
+        "return tl.load(index_ptr + row * SPLITS + which) + 0", {V1, MRV2}),
+    "mrv2 kernel code": (
+        "rejection_mrv2.py", "h = _rotl32(h ^ k, 13)", "h = _rotl32(h ^ k, 12)", {MRV2}),
+    "mrv2 constant": (
+        "rejection_mrv2_constants.py", "GROUP = tl.constexpr(256)", "GROUP = tl.constexpr(128)",
+        {MRV2}),
 }
 
 # Imports each package copy in turn (torch and triton once) and prints its hashes.
@@ -174,7 +204,7 @@ print(json.dumps(out))
 
 
 def test_edits_of_a_package_copy(tmp_path: Path) -> None:
-    edits = {**_SAME, **_CHANGED}
+    edits = {**_SAME, **{label: edit[:3] for label, edit in _CHANGED.items()}}
     roots = {}
     for label, (file, old, new) in edits.items():
         root = tmp_path / label.replace(" ", "_")
@@ -194,15 +224,18 @@ def test_edits_of_a_package_copy(tmp_path: Path) -> None:
         capture_output=True, text=True, env=env, timeout=300, check=False,
     )
     assert done.returncode == 0, done.stderr[-3000:]
-    hashes = {root: h["rejection_sample"] for root, h in json.loads(done.stdout).items()}
+    hashes = json.loads(done.stdout)
     original = hashes[str(pristine)]
-    assert original == family_hashes()["rejection_sample"]
+    assert original == family_hashes()
     for label in _SAME:
-        assert hashes[roots[label]] == original, f"{label} changed the source hash"
-    changed = {label: hashes[roots[label]] for label in _CHANGED}
-    for label, value in changed.items():
-        assert value != original, f"{label} left the source hash unchanged"
-    assert len(set(changed.values())) == len(changed)
+        assert hashes[roots[label]] == original, f"{label} changed a source hash"
+    for label, (*_, families) in _CHANGED.items():
+        edited = hashes[roots[label]]
+        moved = {name for name in original if edited[name] != original[name]}
+        assert moved == families, f"{label} changed the hashes of {sorted(moved)}"
+    for family in (V1, MRV2):
+        values = [hashes[roots[label]][family] for label, e in _CHANGED.items() if family in e[3]]
+        assert len(set(values)) == len(values), f"two edits gave {family} the same hash"
 
 
 # --------------------------------------------------------------------------------------

@@ -18,7 +18,7 @@ pytestmark = [pytest.mark.vllm]
 
 @pytest.fixture(autouse=True)
 def _clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    for name in ("SPECTUNE_DISABLE", "SPECTUNE_FORCE", "SPECTUNE_DB"):
+    for name in ("SPECTUNE_DISABLE", "SPECTUNE_FORCE", "SPECTUNE_DB", "VLLM_USE_V2_MODEL_RUNNER"):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("SPECTUNE_USER_DB", str(tmp_path / "absent-user.db"))
 
@@ -46,11 +46,23 @@ def test_doctor_routes_when_forced_and_self_test_passes(monkeypatch: pytest.Monk
     assert report["vllm_version"].startswith("0.32") and report["vllm_supported"]
     assert report["usable"] == 0 and "absent-user.db (absent)" in report["database"]
     assert report["would_route"]
-    assert report["self_test"]["ok"], report["self_test"]
-    assert report["self_test"]["routed"] == report["routed_calls"] - before == 4
+    # No Triton GPU driver here: vLLM would run its V1 runner.
+    assert report["runner"] == "V1 (family rejection_sample)"
+    v1, mrv2 = report["self_test"]
+    assert (v1["runner"], mrv2["runner"]) == ("V1", "Model Runner V2")
+    assert v1["ok"] and mrv2["ok"], report["self_test"]
+    assert "spectune's PyTorch reference" in mrv2["detail"]  # vLLM's MRV2 needs a GPU
+    assert v1["routed"] == 4 and mrv2["routed"] == 4
+    assert report["routed_calls"] - before == 8
+    assert report["passed_calls"] == {}
     text = doctor("--no-self-test")
     assert "plugin would route: yes" in text
+    assert "model runner here: V1 (family rejection_sample)" in text
     assert "vLLM: 0.32" in text and "(supported)" in text
+    monkeypatch.setenv("VLLM_USE_V2_MODEL_RUNNER", "1")
+    assert "model runner here: Model Runner V2 (family rejection_sample_mrv2)" in doctor(
+        "--no-self-test"
+    )
 
 
 def test_doctor_says_why_not(monkeypatch: pytest.MonkeyPatch) -> None:

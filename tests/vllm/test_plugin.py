@@ -23,6 +23,7 @@ from vllm.engine.arg_utils import EngineArgs
 from vllm.platforms.cpu import CpuPlatform
 from vllm.plugins import DEFAULT_PLUGINS_GROUP, load_plugins_by_group
 from vllm.v1.sample import rejection_sampler as rs
+from vllm.v1.worker.gpu.spec_decode import rejection_sampler as mrv2_rs
 
 import spectune.vllm
 from spectune.db import TunedRow, open_store
@@ -330,9 +331,8 @@ def test_worker_can_decide_at_the_first_call(
     [
         ({"SPECTUNE_DISABLE": "1", "SPECTUNE_FORCE": "1"}, True, "disabled by SPECTUNE_DISABLE"),
         ({"SPECTUNE_FORCE": "1"}, False, "no speculative decoding in this engine"),
-        ({"SPECTUNE_FORCE": "1", "VLLM_USE_V2_MODEL_RUNNER": "1"}, True, "Model Runner V2"),
     ],
-    ids=["disabled", "no-spec", "model-runner-v2"],
+    ids=["disabled", "no-spec"],
 )
 def test_worker_leaves_vllm_alone(
     monkeypatch: pytest.MonkeyPatch, spec_config: Any, plain_config: Any, worker_state: None,
@@ -354,10 +354,45 @@ def test_model_runner_v2_is_detected_from_the_config(
     monkeypatch: pytest.MonkeyPatch, spec_config: Any
 ) -> None:
     assert not spec_config.use_v2_model_runner  # no Triton GPU driver here: V1
-    assert hook.why_not_v1(spec_config) == ""
+    assert not hook.uses_model_runner_v2(spec_config)
+    assert not hook.uses_model_runner_v2(None)  # unknown engine: V1 assumed
+    assert hook.why_not_routed(spec_config) == ""
     monkeypatch.setenv("VLLM_USE_V2_MODEL_RUNNER", "1")
     assert spec_config.use_v2_model_runner
-    assert "Model Runner V2" in hook.why_not_v1(spec_config)
+    assert hook.uses_model_runner_v2(spec_config)
+    assert hook.why_not_routed(spec_config) == ""
+
+
+@needs_kernels
+def test_worker_routes_model_runner_v2(
+    monkeypatch: pytest.MonkeyPatch, spec_config: Any, worker_state: None,
+    plugin_log: list[logging.LogRecord],
+) -> None:
+    """An MRV2 engine: MRV2's seam is routed, V1's left alone, the log line says which."""
+    from spectune.vllm._mrv2_router import Mrv2Router
+
+    monkeypatch.setenv("SPECTUNE_FORCE", "1")
+    monkeypatch.setenv("VLLM_USE_V2_MODEL_RUNNER", "1")
+    original_v1 = rs.rejection_sample
+    original_mrv2 = mrv2_rs.rejection_sample
+    try:
+        hook.on_worker_init(spec_config)
+        router = hook.STATE.router
+        assert isinstance(router, Mrv2Router) and router.installed
+        assert mrv2_rs.rejection_sample == router.rejection_sample
+        assert router.original is original_mrv2
+        assert rs.rejection_sample is original_v1
+        assert rs.expand_kernel.func is not expand_kernel
+        info = messages(plugin_log, logging.INFO)
+        assert len(info) == 1, info
+        assert "routed vLLM Model Runner V2 verification to spectune kernels" in info[0]
+        assert "family rejection_sample_mrv2" in info[0]
+        assert not messages(plugin_log, logging.WARNING)
+    finally:
+        if hook.STATE.router is not None:
+            hook.STATE.router.uninstall()
+            hook.STATE.router = None
+    assert mrv2_rs.rejection_sample is original_mrv2
 
 
 @needs_kernels

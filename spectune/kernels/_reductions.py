@@ -1,0 +1,37 @@
+"""Triton reductions the verification families share: exact max/argmax over a row.
+
+Part of the source hash of every family that uses them (see each ``*_family.py``).
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+__all__ = ["argmax_of_parts", "chunk_max"]
+
+
+@triton.jit
+def chunk_max(x_ptr, lo, vocab, n_tiles, BLOCK_V: tl.constexpr):
+    """Max of x[lo : lo + n_tiles * BLOCK_V] (clipped to vocab), first index on ties."""
+    offs = tl.arange(0, BLOCK_V)
+    best = tl.full((), float("-inf"), tl.float32)
+    best_idx = lo.to(tl.int32)
+    for t in range(n_tiles):
+        idx = lo + t * BLOCK_V + offs
+        x = tl.load(x_ptr + idx, mask=idx < vocab, other=float("-inf")).to(tl.float32)
+        tile_max, tile_arg = tl.max(x, axis=0, return_indices=True)
+        # Strictly greater: an earlier tile keeps a tie (first index overall).
+        if tile_max > best:
+            best = tile_max
+            best_idx = (lo + t * BLOCK_V + tile_arg).to(tl.int32)
+    return best, best_idx
+
+
+@triton.jit
+def argmax_of_parts(value_ptr, index_ptr, row, SPLITS: tl.constexpr, BLOCK_S: tl.constexpr):
+    """Reduce per-split (value, index) partials of a row; the lowest split wins ties."""
+    offs = tl.arange(0, BLOCK_S)
+    values = tl.load(value_ptr + row * SPLITS + offs, mask=offs < SPLITS, other=float("-inf"))
+    _, which = tl.max(values, axis=0, return_indices=True)
+    return tl.load(index_ptr + row * SPLITS + which)

@@ -1,0 +1,282 @@
+"""What every router shares: one vLLM function (the seam) routed to one kernel family.
+
+A router replaces a module-level function of vLLM (``rejection_sample`` of the V1
+sampler, or of Model Runner V2's) with a bound method of its own, built once per engine
+with its kernel family's name. :meth:`SeamRouter.activate` identifies the device and
+loads the tuned configs (:class:`spectune.vllm._configs.TunedConfigs`), then routes or
+hands vLLM its function back, and logs one line. Each call looks its launch config up
+once per shape; a call the family does not implement goes to vLLM's function, counted
+with its reason; whatever fails is logged once and vLLM's function is used from then on.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Hashable
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
+
+from spectune.messages import one_line
+from spectune.vllm._settings import ENV_FORCE, forced, logger
+
+if TYPE_CHECKING:
+    import torch
+
+    from spectune.kernels import KernelFamily
+    from spectune.space import Problem
+    from spectune.vllm._configs import TunedConfigs
+
+__all__ = ["RouterStats", "SeamRouter"]
+
+
+class RouterStats:
+    """What a router did.
+
+    Plain classes here, not dataclasses: this module is imported on vLLM's worker
+    start-up path, where generating dataclass methods costs milliseconds.
+
+    Attributes:
+        routed: Verification calls that ran spectune's kernels.
+        passed: Calls handed to vLLM's original function (not implemented by spectune).
+        passed_reasons: ``passed`` by reason (``"block verification"``, ...).
+        tuned_shapes: Shapes seen that had a tuned config.
+        default_shapes: Shapes seen that used the kernels' default config.
+    """
+
+    __slots__ = ("default_shapes", "passed", "passed_reasons", "routed", "tuned_shapes")
+
+    def __init__(self) -> None:
+        self.routed = 0
+        self.passed = 0
+        self.passed_reasons: dict[str, int] = {}
+        self.tuned_shapes = 0
+        self.default_shapes = 0
+
+    def __repr__(self) -> str:
+        return (f"RouterStats(routed={self.routed}, passed={self.passed}, "
+                f"tuned_shapes={self.tuned_shapes}, default_shapes={self.default_shapes})")
+
+    def count_passed(self, reason: str) -> None:
+        """One call handed to vLLM, for ``reason``."""
+        self.passed += 1
+        self.passed_reasons[reason] = self.passed_reasons.get(reason, 0) + 1
+
+
+class SeamRouter:
+    """Routes the function ``module.<seam>`` of vLLM to one spectune kernel family.
+
+    Subclasses name the seam and the runner, and implement the drop-in function.
+
+    Args:
+        module: The vLLM module whose function is replaced.
+        kernel: Name of the kernel family that runs the calls.
+
+    Attributes:
+        seam: Name of the replaced function in ``module``.
+        runner: What the log line says was routed.
+        configs: The tuned configs in use, once :meth:`configure` (or
+            :meth:`activate`) has set them.
+        stats: What the router did.
+    """
+
+    seam = "rejection_sample"
+    runner = ""
+
+    def __init__(self, module: ModuleType, *, kernel: str) -> None:
+        self.module = module
+        self.kernel = kernel
+        self.configs: TunedConfigs | None = None
+        self.stats = RouterStats()
+        self._family: KernelFamily | None = None
+        self._original: Callable[..., Any] | None = None
+        self._shape_configs: dict[Hashable, dict[str, int]] = {}
+        self._failed = False
+        self._lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        state = "configured" if self.configured else "not configured"
+        return f"{type(self).__name__}({state}, installed={self.installed}, {self.stats})"
+
+    # ------------------------------------------------------------------ install
+
+    def _drop_in(self) -> Callable[..., Any]:
+        """The bound method that stands in for vLLM's function."""
+        return getattr(self, self.seam)
+
+    @property
+    def installed(self) -> bool:
+        """Whether vLLM's function is currently this router's."""
+        return getattr(getattr(self.module, self.seam), "__self__", None) is self
+
+    @property
+    def original(self) -> Callable[..., Any]:
+        """vLLM's own function."""
+        if self._original is not None:
+            return self._original
+        return unwrap(getattr(self.module, self.seam))
+
+    def install(self) -> None:
+        """Put the drop-in in place of vLLM's function (idempotent)."""
+        current = getattr(self.module, self.seam)
+        if getattr(current, "__self__", None) is self:
+            return
+        self._original = unwrap(current)
+        setattr(self.module, self.seam, self._drop_in())
+
+    def uninstall(self) -> None:
+        """Give vLLM back its own function (idempotent)."""
+        if self.installed:
+            setattr(self.module, self.seam, self.original)
+
+    @property
+    def configured(self) -> bool:
+        """Whether :meth:`configure` has set the tuned configs and the kernel family."""
+        return self._family is not None
+
+    def configure(self, configs: TunedConfigs) -> None:
+        """Use ``configs`` (and forget cached per-shape configs); imports the kernels.
+
+        The kernels are imported here, not at module import: on GPUs the worker hook
+        installs the router at once and imports the kernels in the background until the
+        first call activates it.
+        """
+        from spectune.kernels import get_family
+
+        self._family = get_family(self.kernel)
+        self._configure_kernels()
+        self.configs = configs
+        self._shape_configs.clear()
+
+    def _configure_kernels(self) -> None:
+        """Subclasses: take what the hot path needs from the (now imported) kernels."""
+
+    def _route_extras(self) -> str:
+        """Subclasses: route more than the seam; returns what to add to the log line."""
+        return ""
+
+    def activate(self, device: torch.device) -> bool:
+        """Identify ``device``, load its tuned configs, and route or step aside.
+
+        With no tuned config usable on the device (and no ``SPECTUNE_FORCE=1``), vLLM's
+        functions are given back: the point of routing is the tuned configs. Logs one
+        line either way.
+
+        Returns:
+            Whether the router routes from now on.
+
+        Raises:
+            Exception: whatever identifying the device or importing the kernels raised;
+                the caller uninstalls and reports it.
+        """
+        from spectune.vllm._configs import TunedConfigs
+
+        configs = TunedConfigs.load(device)
+        if configs.usable == 0 and not forced():
+            self.uninstall()
+            logger.warning("%s; %d tuned configs usable here; nothing routed (%s=1 routes "
+                           "with default configs)", configs.describe(), configs.usable,
+                           ENV_FORCE)
+            return False
+        self.configure(configs)
+        routed = self.runner + self._route_extras()
+        why = f" ({ENV_FORCE}=1)" if configs.usable == 0 else ""
+        logger.info("%s; %d tuned configs usable here%s; routed %s to spectune kernels "
+                    "(%s)", configs.describe(), configs.usable, why, routed, self._details())
+        return True
+
+    def _details(self) -> str:
+        """The log line's last words: the family and how it draws random numbers."""
+        return f"family {self.kernel}"
+
+    # ------------------------------------------------------------------ calls
+
+    def _ready(self, device: torch.device) -> bool:
+        """Whether this call can be routed: activates the router at its first call."""
+        if not self.configured:
+            self._first_call(device)
+            return self.configured and self.installed
+        return True
+
+    def _route(
+        self,
+        device: torch.device,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        why_not: Callable[[], str],
+        prepare: Callable[[], tuple[Any, dict[str, int]]],
+    ) -> Any:
+        """One call of the drop-in: the family's kernels, or vLLM's function when the
+        router is not active, the call is not implemented (``why_not()`` says why,
+        counted) or anything spectune does fails (vLLM's function from then on).
+
+        Args:
+            device: Where the call's tensors are (activates the router at its first call).
+            args: The call's positional arguments, as vLLM passed them.
+            kwargs: The call's keyword arguments, as vLLM's function takes them.
+            why_not: Why the family does not implement this call (empty: it does).
+            prepare: The family's inputs and launch config for this call.
+        """
+        original = self.original
+        if not self._ready(device):
+            return original(*args, **kwargs)
+        reason = why_not()
+        if reason:
+            self.stats.count_passed(reason)
+            return original(*args, **kwargs)
+        family = self._family
+        assert family is not None
+        try:
+            inputs, config = prepare()
+            out = family.launch(inputs, config)
+        except Exception as exc:
+            self._fail("a routed verification call failed", exc)
+            return original(*args, **kwargs)
+        self.stats.routed += 1
+        return out
+
+    def _first_call(self, device: torch.device) -> None:
+        with self._lock:
+            if self.configured or self._failed:
+                return
+            try:
+                self.activate(device)
+            except Exception as exc:
+                self._fail("routing not set up at the first verification call", exc)
+
+    def _fail(self, what: str, exc: BaseException) -> None:
+        """Give vLLM its functions back for good, and say why once."""
+        self._failed = True
+        try:
+            self.uninstall()
+        except Exception:
+            logger.debug("spectune: uninstall failed", exc_info=True)
+        logger.warning("spectune: %s (%s: %s); vLLM's own kernels are used from now on",
+                       what, type(exc).__name__, one_line(exc))
+
+    def config_of(self, key: Hashable, problem_of: Callable[[], Problem]) -> dict[str, int]:
+        """Launch config of a shape ``key``: tuned when the database has one, else the
+        family's default. Asked once per shape (``problem_of`` builds its problem), then
+        cached."""
+        config = self._shape_configs.get(key)
+        if config is not None:
+            return config
+        family, configs = self._family, self.configs
+        assert family is not None and configs is not None
+        problem = problem_of()
+        tuned = configs.lookup(family.name, problem)
+        if tuned is not None:
+            self.stats.tuned_shapes += 1
+            config = dict(tuned)
+        else:
+            self.stats.default_shapes += 1
+            config = family.default_config(problem, configs.backend)
+        self._shape_configs[key] = config
+        return config
+
+
+def unwrap(function: Callable[..., Any]) -> Callable[..., Any]:
+    """vLLM's function behind a (possibly stale) router's bound method."""
+    owner = getattr(function, "__self__", None)
+    if isinstance(owner, SeamRouter):
+        return owner.original
+    return function

