@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from spectune.identity import DeviceIdentity
 from spectune.space import DTYPES, Problem
 
-__all__ = ["SweepItem", "parse_int_list", "study_name", "sweep_items"]
+__all__ = ["SweepItem", "as_looked_up", "parse_int_list", "study_name", "sweep_items"]
 
 
 @dataclass(frozen=True)
@@ -61,6 +61,28 @@ def sweep_items(
             kernels, list(spec_lens), list(batches), list(vocabs), dtypes, list(draft_probs)
         )
     ]
+
+
+def as_looked_up(items: Sequence[SweepItem]) -> list[SweepItem]:
+    """Each item's problem as the plugin will look it up: its family's ``problem_of`` of
+    inputs made for it, duplicates dropped (order kept).
+
+    A family whose launches ignore a dimension (sampling has no k and no drafter) is so
+    tuned once per shape, keyed as its launches are looked up, not once per ``--spec-lens``
+    value under keys nothing asks for.
+    """
+    from spectune.kernels import get_family
+
+    seen: set[SweepItem] = set()
+    out: list[SweepItem] = []
+    for item in items:
+        family = get_family(item.kernel)
+        problem = family.problem_of(family.make_inputs(item.problem, seed=0))
+        looked_up = SweepItem(item.kernel, problem)
+        if looked_up not in seen:
+            seen.add(looked_up)
+            out.append(looked_up)
+    return out
 
 
 def study_name(device: DeviceIdentity, item: SweepItem, kernel_hash: str) -> str:

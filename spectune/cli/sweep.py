@@ -74,7 +74,7 @@ def sweep(
     import_tuner("spectune.autotune.sweep", command="sweep")
     from rich.console import Console
 
-    from spectune.autotune.problems import parse_int_list, sweep_items
+    from spectune.autotune.problems import as_looked_up, parse_int_list, sweep_items
     from spectune.autotune.sweep import SweepOptions, default_storage
     from spectune.db import DatabaseError, batch_bucket
     from spectune.identity import detect_device
@@ -87,11 +87,11 @@ def sweep(
         buckets = sorted({batch_bucket(b) for b in batches})
         if buckets != batches:
             console.print(f"batch sizes {batches} tuned at their buckets {buckets}")
-        items = sweep_items(
+        items = as_looked_up(sweep_items(
             kernels=kernels, spec_lens=parse_int_list(spec_lens, name="--spec-lens"),
             batches=buckets, vocabs=parse_int_list(vocab_sizes, name="--vocab-sizes"),
             dtypes=dtypes, draft_probs=(not no_draft_probs,),
-        )
+        ))
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
     options = SweepOptions(trials=trials, time_budget=time_budget, patience=patience, db=db,

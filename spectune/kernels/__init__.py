@@ -14,6 +14,9 @@ Public API:
     rejection_sample_mrv2: verify drafts with vLLM 0.32 Model Runner V2 semantics (its
         arguments, its counter-based random numbers); rejection_sample_mrv2_reference,
         Mrv2Inputs, Mrv2Reference, mrv2_results_agree: its reference, inputs and rule.
+    gumbel_sample: Gumbel-max sampling with vLLM 0.32 Model Runner V2 semantics (its
+        arguments, its counter-based noise); gumbel_reference, GumbelInputs,
+        GumbelReference, gumbel_results_agree: its reference, inputs and rule.
     MAX_VOCAB, LOGITS_DTYPES: the vocabularies and logits dtypes the kernels support.
     FAMILIES: every registered kernel family, by name (what the tuner sees).
     family_hashes, family_space: the installed families as the database checks rows
@@ -24,6 +27,15 @@ from __future__ import annotations
 
 from spectune.kernels._family import KernelFamily
 from spectune.kernels._tensors import LOGITS_DTYPES
+from spectune.kernels.gumbel import gumbel_sample
+from spectune.kernels.gumbel_family import FAMILY as _GUMBEL
+from spectune.kernels.gumbel_inputs import GumbelInputs
+from spectune.kernels.gumbel_reference import (
+    GUMBEL_NEAR_TIE_RTOL,
+    GumbelReference,
+    gumbel_reference,
+    gumbel_results_agree,
+)
 from spectune.kernels.rejection import rejection_sample
 from spectune.kernels.rejection_constants import MAX_VOCAB
 from spectune.kernels.rejection_family import FAMILY as _REJECTION
@@ -47,10 +59,13 @@ from spectune.space import SearchSpace
 
 __all__ = [
     "FAMILIES",
+    "GUMBEL_NEAR_TIE_RTOL",
     "LOGITS_DTYPES",
     "MAX_VOCAB",
     "MRV2_NEAR_TIE_RTOL",
     "NEAR_TIE_RTOL",
+    "GumbelInputs",
+    "GumbelReference",
     "KernelFamily",
     "Mrv2Inputs",
     "Mrv2Reference",
@@ -61,6 +76,9 @@ __all__ = [
     "family_hashes",
     "family_space",
     "get_family",
+    "gumbel_reference",
+    "gumbel_results_agree",
+    "gumbel_sample",
     "mrv2_results_agree",
     "rejection_sample",
     "rejection_sample_mrv2",
@@ -72,6 +90,7 @@ __all__ = [
 FAMILIES: dict[str, KernelFamily] = {
     _REJECTION.name: _REJECTION,
     _REJECTION_MRV2.name: _REJECTION_MRV2,
+    _GUMBEL.name: _GUMBEL,
 }
 
 

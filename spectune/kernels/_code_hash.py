@@ -43,7 +43,14 @@ def code_hash(*modules: ModuleType) -> str:
 
 def code_digest(module: ModuleType) -> str:
     """SHA-256 of ``module``'s :func:`canonical_code` (from the memo when its text is the
-    recorded one)."""
+    recorded one).
+
+    Raises:
+        TypeError: ``module`` is not a module (a function of the same name as its module,
+            re-exported by a package, would hash only that function).
+    """
+    if not isinstance(module, ModuleType):
+        raise TypeError(f"code hashes are of modules, got {type(module).__name__} {module!r}")
     text = inspect.getsource(module)
     recorded = _memo().get(module.__name__)
     if recorded is not None and recorded.get("text") == _sha256(text):

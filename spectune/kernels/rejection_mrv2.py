@@ -13,7 +13,7 @@ draft is rejected and from ``p`` where all pass.
 
 The random numbers are vLLM's, bit for bit: the coin of row ``r`` is
 ``max(tl.rand(seed, pos[r]), COIN_FLOOR)``, the Gumbel noise of token ``v`` a MurmurHash3
-of ``(seed, pos[r], v)`` (see :mod:`spectune.kernels.rejection_mrv2_constants`).
+of ``(seed, pos[r], v)`` (see :mod:`spectune.kernels._counter_rng`).
 
 Three launches, whatever the config:
 
@@ -38,8 +38,9 @@ no normaliser (drafters without logits, bonus rows), are bit-identical.
 
 Block verification, synthetic acceptance rates, watermarking and a draft vocabulary
 narrower than the target's are not implemented (the vLLM router sends those calls to
-vLLM). This module, with :mod:`spectune.kernels.rejection_mrv2_constants` and the
-shared reductions of :mod:`spectune.kernels._reductions`, makes the family's source hash.
+vLLM). This module, with :mod:`spectune.kernels.rejection_mrv2_constants`, the random
+streams of :mod:`spectune.kernels._counter_rng` and the shared reductions of
+:mod:`spectune.kernels._reductions`, makes the family's source hash.
 """
 
 from __future__ import annotations
@@ -53,102 +54,17 @@ import triton
 import triton.language as tl
 
 from spectune.identity import backend_of
+from spectune.kernels._counter_rng import coin, gumbel_noise
 from spectune.kernels._reductions import argmax_of_parts, chunk_max
 from spectune.kernels._tensors import INDEX_DTYPES, LOGITS_DTYPES, require_tensor
 from spectune.kernels.rejection_constants import FIXED_POINT_BITS, MAX_VOCAB
-from spectune.kernels.rejection_mrv2_constants import (
-    COIN_FLOOR,
-    GROUP,
-    MURMUR_C1,
-    MURMUR_C2,
-    MURMUR_FMIX1,
-    MURMUR_FMIX2,
-    MURMUR_HIGH_DOMAIN,
-    MURMUR_LENGTH,
-    MURMUR_N,
-    NOISE_SERIES_CUTOFF,
-    NOISE_SERIES_DEGREE,
-    NOISE_TAIL_FLOOR,
-    PLACEHOLDER_TOKEN_ID,
-)
+from spectune.kernels.rejection_mrv2_constants import GROUP, PLACEHOLDER_TOKEN_ID
 from spectune.kernels.rejection_mrv2_space import default_config, problem_for, search_space
 
 __all__ = ["rejection_sample_mrv2"]
 
 # The chain walk touches k + 1 scalars per request: one warp is plenty, on any GPU.
 _CHAIN_NUM_WARPS = 1
-
-
-# --------------------------------------------------------------------------------------
-# Random numbers (vLLM's counter-based streams)
-# --------------------------------------------------------------------------------------
-
-
-@triton.jit
-def _rotl32(x, r: tl.constexpr):
-    return (x << r) | (x >> (32 - r))
-
-
-@triton.jit
-def _murmur_block(h, k):
-    """One 32-bit block of MurmurHash3 x86_32 folded into the running hash ``h``."""
-    k = _rotl32(k * MURMUR_C1, 15) * MURMUR_C2
-    h = _rotl32(h ^ k, 13)
-    return h * 5 + MURMUR_N
-
-
-@triton.jit
-def _murmur_noise_bits(seed, pos, token, DOMAIN: tl.constexpr):
-    """MurmurHash3 x86_32 of the words (seed lo, seed hi, pos lo, token), hash seed DOMAIN."""
-    seed = seed.to(tl.int64)
-    pos = pos.to(tl.int64)
-    # The request's words are scalars; only the token word is a vector.
-    h = tl.full((), DOMAIN, tl.uint32)
-    h = _murmur_block(h, (seed & 0xFFFFFFFF).to(tl.uint32))
-    h = _murmur_block(h, ((seed >> 32) & 0xFFFFFFFF).to(tl.uint32))
-    h = _murmur_block(h, (pos & 0xFFFFFFFF).to(tl.uint32))
-    h = _murmur_block(h, token.to(tl.uint32))
-    h = h ^ MURMUR_LENGTH
-    h = (h ^ (h >> 16)) * MURMUR_FMIX1
-    h = (h ^ (h >> 13)) * MURMUR_FMIX2
-    return h ^ (h >> 16)
-
-
-@triton.jit
-def _log1m_series(u):
-    """log(1 - u), by its power series below NOISE_SERIES_CUTOFF, else directly."""
-    p = tl.full(u.shape, 1.0 / NOISE_SERIES_DEGREE, tl.float32)
-    for j in tl.static_range(NOISE_SERIES_DEGREE - 1, 0, -1):
-        p = 1.0 / j + u * p
-    series = -u * p
-    direct = tl.log(tl.maximum(1.0 - u, NOISE_TAIL_FLOOR))
-    return tl.where(u < NOISE_SERIES_CUTOFF, series, direct)
-
-
-@triton.jit
-def _gumbel_noise(seed, pos, token, USE_FP64: tl.constexpr):
-    """Gumbel(0, 1) noise of ``token`` at (seed, pos): vLLM's draw, bit for bit."""
-    if USE_FP64:
-        low = _murmur_noise_bits(seed, pos, token, 0).to(tl.uint64)
-        high = _murmur_noise_bits(seed, pos, token, MURMUR_HIGH_DOMAIN).to(tl.uint64)
-        bits53 = ((high << 32) | low) >> 11
-        u = (bits53.to(tl.float64) + 0.5) * 1.1102230246251565e-16
-        # The largest midpoint rounds up to 1.0: step back inside the open interval.
-        u = tl.where(u == 1.0, u - 1.1102230246251565e-16, u)
-        return -tl.log(-tl.log(u))
-    else:
-        bits = _murmur_noise_bits(seed, pos, token, 0)
-        # Both 16-bit halves convert to float32 exactly; their sum rounds once.
-        high16 = (bits >> 16).to(tl.int32).to(tl.float32)
-        low16 = (bits & 0xFFFF).to(tl.int32).to(tl.float32)
-        u = high16 * 1.52587890625e-05 + (low16 + 0.5) * 2.3283064365386963e-10
-        return -tl.log(-_log1m_series(u))
-
-
-@triton.jit
-def _coin(seed, pos):
-    """The acceptance coin of a row: Triton's Philox uniform at (seed, pos), floored."""
-    return tl.maximum(tl.rand(seed, pos), COIN_FLOOR)
 
 
 # --------------------------------------------------------------------------------------
@@ -285,7 +201,7 @@ def _accepts(
         )
         d_row = d_ptr + state * d_stride0 + step * d_stride1
         d_logp = tl.load(d_row + draft).to(tl.float32) / temp - d_lse
-    return t_logp > tl.log(_coin(seed, pos)) + d_logp, t_lse, d_lse
+    return t_logp > tl.log(coin(seed, pos)) + d_logp, t_lse, d_lse
 
 
 @triton.jit
@@ -366,7 +282,7 @@ def _decide_kernel(
                     residual = tl.where(plain, x, residual)
                     if USE_FP64:
                         residual = residual.to(tl.float64)
-                    score = residual + _gumbel_noise(seed, pos, idx, USE_FP64)
+                    score = residual + gumbel_noise(seed, pos, idx, USE_FP64)
                     score = tl.where(in_vocab, score, float("-inf"))
                     tile_best, tile_arg = tl.max(score, axis=0, return_indices=True)
                     # Strictly greater: an earlier tile keeps a tie (lowest index).

@@ -11,6 +11,7 @@ from collections.abc import Mapping
 import torch
 
 from spectune.kernels import (
+    _counter_rng,
     _reductions,
     rejection_constants,
     rejection_mrv2,
@@ -38,13 +39,16 @@ class RejectionSampleMrv2Family:
         source_modules: The code that decides tokens and timings: the kernels and their
             launcher (:mod:`spectune.kernels.rejection_mrv2`), the numbers they share
             with host code (:mod:`spectune.kernels.rejection_mrv2_constants`, and the
-            fixed-point width of :mod:`spectune.kernels.rejection_constants`) and the
-            shared reductions (:mod:`spectune.kernels._reductions`).
+            fixed-point width of :mod:`spectune.kernels.rejection_constants`), vLLM's
+            random streams (:mod:`spectune.kernels._counter_rng`) and the shared
+            reductions (:mod:`spectune.kernels._reductions`).
         source_hash: Hash of their code (:func:`spectune.kernels._code_hash.code_hash`).
     """
 
     name = "rejection_sample_mrv2"
-    source_modules = (rejection_mrv2, rejection_mrv2_constants, rejection_constants, _reductions)
+    source_modules = (
+        rejection_mrv2, rejection_mrv2_constants, _counter_rng, rejection_constants, _reductions
+    )
 
     def __init__(self) -> None:
         self.source_hash = code_hash(*self.source_modules)

@@ -3,7 +3,7 @@
 Written from vLLM 0.32's MRV2 semantics, not from the kernels: log-probabilities in
 float64 (exact to the float32 inputs, where vLLM and our kernels both carry float32
 normalisers a few ulps off), the random numbers of
-:mod:`spectune.kernels.rejection_mrv2_random`. Greedy tokens are exact. A random
+:mod:`spectune.kernels._counter_rng_host`. Greedy tokens are exact. A random
 decision is flagged as a near-tie when float32 rounding could decide it
 (:data:`MRV2_NEAR_TIE_RTOL`); :func:`mrv2_results_agree` allows a difference there and
 nowhere else. Not part of the family's source hash.
@@ -16,8 +16,8 @@ from dataclasses import dataclass
 
 import torch
 
+from spectune.kernels._counter_rng_host import coins, gumbel_noise
 from spectune.kernels.rejection_mrv2_constants import PLACEHOLDER_TOKEN_ID
-from spectune.kernels.rejection_mrv2_random import coins, gumbel_noise
 
 __all__ = [
     "MRV2_NEAR_TIE_RTOL",

@@ -9,7 +9,13 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from spectune.autotune.problems import SweepItem, parse_int_list, study_name, sweep_items
+from spectune.autotune.problems import (
+    SweepItem,
+    as_looked_up,
+    parse_int_list,
+    study_name,
+    sweep_items,
+)
 from spectune.autotune.sweep import SweepOptions, run_item
 from spectune.autotune.trial import TrialRunner
 from spectune.cli import main
@@ -145,6 +151,19 @@ def test_cli_sweep_of_the_mrv2_family_writes_rows_db_show_lists(places) -> None:
     family = FAMILIES["rejection_sample_mrv2"]
     assert rows[0]["kernel_hash"] == family.source_hash
     family.search_space("cpu-interpreter").validate(rows[0]["config"])
+
+
+def test_sweep_items_are_keyed_as_the_plugin_looks_them_up() -> None:
+    """Sampling ignores k and the drafter: one study per shape, under the problem its
+    launches are looked up by; verification keeps every k."""
+    items = sweep_items(kernels=["gumbel_sample", "rejection_sample"], spec_lens=[1, 2, 3],
+                        batches=[1, 4], vocabs=[97], dtypes=["float32"])
+    looked_up = as_looked_up(items)
+    gumbel = [i.problem for i in looked_up if i.kernel == "gumbel_sample"]
+    assert gumbel == [Problem(spec_len=1, batch=b, vocab=97, draft_probs=False) for b in (1, 4)]
+    assert [i for i in looked_up if i.kernel == "rejection_sample"] == [
+        i for i in items if i.kernel == "rejection_sample"
+    ]
 
 
 def test_problem_helpers() -> None:

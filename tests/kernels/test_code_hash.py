@@ -105,7 +105,9 @@ def test_canonical_text_leaves_out_empty_fields() -> None:
 
 def test_the_registered_hashes_are_code_hashes() -> None:
     from spectune.kernels import (
+        _counter_rng,
         _reductions,
+        gumbel,
         rejection,
         rejection_constants,
         rejection_mrv2,
@@ -113,12 +115,15 @@ def test_the_registered_hashes_are_code_hashes() -> None:
     )
 
     assert family_hashes() == {name: f.source_hash for name, f in FAMILIES.items()}
-    assert sorted(family_hashes()) == ["rejection_sample", "rejection_sample_mrv2"]
+    assert sorted(family_hashes()) == ["gumbel_sample", "rejection_sample", "rejection_sample_mrv2"]
+    assert family_hashes()["gumbel_sample"] == code_hash(gumbel, _counter_rng, _reductions)
+    with pytest.raises(TypeError, match="code hashes are of modules"):
+        code_hash(gumbel.gumbel_sample)  # type: ignore[arg-type]
     assert family_hashes()["rejection_sample"] == code_hash(
         rejection, rejection_constants, _reductions
     )
     assert family_hashes()["rejection_sample_mrv2"] == code_hash(
-        rejection_mrv2, rejection_mrv2_constants, rejection_constants, _reductions
+        rejection_mrv2, rejection_mrv2_constants, _counter_rng, rejection_constants, _reductions
     )
     assert len(code_hash(rejection)) == 16
     assert code_hash(rejection) != code_hash(rejection, rejection_constants)
@@ -159,14 +164,14 @@ _SAME = {
         '"""The tuning problem of ``inputs``'),
     "mrv2 reference": (
         "rejection_mrv2_reference.py", "MRV2_NEAR_TIE_RTOL = 1e-5", "MRV2_NEAR_TIE_RTOL = 2e-5"),
-    "mrv2 host random numbers": (
-        "rejection_mrv2_random.py", "_RAND_SCALE = 4.6566127342e-10",
+    "host random numbers": (
+        "_counter_rng_host.py", "_RAND_SCALE = 4.6566127342e-10",
         "_RAND_SCALE = 4.6566127342e-10  # tl.rand's"),
     "mrv2 kernel docstring": (
-        "rejection_mrv2.py", '"""One 32-bit block of MurmurHash3',
+        "_counter_rng.py", '"""One 32-bit block of MurmurHash3',
         '"""A 32-bit block of MurmurHash3'),
 }
-V1, MRV2 = "rejection_sample", "rejection_sample_mrv2"
+V1, MRV2, GUMBEL = "rejection_sample", "rejection_sample_mrv2", "gumbel_sample"
 # Per edit: the families whose source hash it must change (and no other).
 _CHANGED = {
     "kernel code": (
@@ -179,9 +184,14 @@ _CHANGED = {
         "rejection_constants.py", "FIXED_POINT_BITS = 42", "FIXED_POINT_BITS = 41", {V1, MRV2}),
     "shared reduction": (
         "_reductions.py", "return tl.load(index_ptr + row * SPLITS + which)",
-        "return tl.load(index_ptr + row * SPLITS + which) + 0", {V1, MRV2}),
+        "return tl.load(index_ptr + row * SPLITS + which) + 0", {V1, MRV2, GUMBEL}),
     "mrv2 kernel code": (
-        "rejection_mrv2.py", "h = _rotl32(h ^ k, 13)", "h = _rotl32(h ^ k, 12)", {MRV2}),
+        "rejection_mrv2.py", "scaled = (gsum.to(tl.float64) * scale + 0.5)",
+        "scaled = (gsum.to(tl.float64) * scale + 0.25)", {MRV2}),
+    "random stream": (
+        "_counter_rng.py", "h = rotl32(h ^ k, 13)", "h = rotl32(h ^ k, 12)", {MRV2, GUMBEL}),
+    "gumbel launcher code": (
+        "gumbel.py", "_REDUCE_NUM_WARPS = 1", "_REDUCE_NUM_WARPS = 2", {GUMBEL}),
     "mrv2 constant": (
         "rejection_mrv2_constants.py", "GROUP = tl.constexpr(256)", "GROUP = tl.constexpr(128)",
         {MRV2}),
@@ -233,7 +243,7 @@ def test_edits_of_a_package_copy(tmp_path: Path) -> None:
         edited = hashes[roots[label]]
         moved = {name for name in original if edited[name] != original[name]}
         assert moved == families, f"{label} changed the hashes of {sorted(moved)}"
-    for family in (V1, MRV2):
+    for family in (V1, MRV2, GUMBEL):
         values = [hashes[roots[label]][family] for label, e in _CHANGED.items() if family in e[3]]
         assert len(set(values)) == len(values), f"two edits gave {family} the same hash"
 

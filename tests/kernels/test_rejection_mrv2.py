@@ -32,10 +32,12 @@ from spectune.kernels import (
     rejection_sample_mrv2,
     rejection_sample_mrv2_reference,
 )
-from spectune.kernels.rejection_mrv2 import _coin, _gumbel_noise, _murmur_noise_bits
-from spectune.kernels.rejection_mrv2_constants import COIN_FLOOR, MURMUR_HIGH_DOMAIN
+from spectune.kernels._counter_rng import COIN_FLOOR, MURMUR_HIGH_DOMAIN
+from spectune.kernels._counter_rng import coin as _coin
+from spectune.kernels._counter_rng import gumbel_noise as _gumbel_noise
+from spectune.kernels._counter_rng import murmur_noise_bits as _murmur_noise_bits
+from spectune.kernels._counter_rng_host import _murmur, coins, gumbel_noise
 from spectune.kernels.rejection_mrv2_family import FAMILY
-from spectune.kernels.rejection_mrv2_random import _murmur, coins, gumbel_noise
 from spectune.kernels.rejection_mrv2_space import SEARCH_SPACE, default_config, search_space
 from spectune.space import InvalidConfigError, Problem
 from tests.kernels.conftest import DEVICE

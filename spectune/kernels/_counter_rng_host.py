@@ -1,18 +1,18 @@
-"""MRV2's counter-based random numbers on the host, bit for bit as the kernels draw them.
+"""vLLM's counter-based random numbers on the host, as the kernels draw them.
 
 The acceptance coin (Triton's ``tl.rand``: Philox 4x32-10, its first output as a
 uniform) and the Gumbel noise (MurmurHash3 x86_32 of ``(seed, pos, token)``), in torch
 on CPU, for the PyTorch reference and the tests. Transcendental functions (``log``) are
 torch's here and the backend's in a kernel: equal to an ulp, which the reference's
-near-tie margin covers. Not part of the family's source hash.
+near-tie margin covers. Part of no family's source hash (see
+:mod:`spectune.kernels._counter_rng` for the kernels' side).
 """
 
 from __future__ import annotations
 
 import torch
 
-from spectune.kernels._philox import philox
-from spectune.kernels.rejection_mrv2_constants import (
+from spectune.kernels._counter_rng import (
     COIN_FLOOR,
     MURMUR_C1,
     MURMUR_C2,
@@ -25,6 +25,7 @@ from spectune.kernels.rejection_mrv2_constants import (
     NOISE_SERIES_DEGREE,
     NOISE_TAIL_FLOOR,
 )
+from spectune.kernels._philox import philox
 
 __all__ = ["coins", "gumbel_noise"]
 
