@@ -9,50 +9,44 @@ the database, and the defaults apply only where nothing is tuned.
 from __future__ import annotations
 
 import torch
-import triton
 
+from spectune.kernels._space_parts import (
+    NUM_STAGES,
+    NUM_WARPS,
+    SPLITS,
+    TILES,
+    WAVES_PER_EU,
+    default_splits,
+    lanes_constraint,
+    launch_defaults,
+)
 from spectune.kernels._tensors import dtype_name
 from spectune.kernels.rejection_mrv2_constants import GROUP
-from spectune.space import Constraint, Param, Problem, SearchSpace
+from spectune.space import Param, Problem, SearchSpace
 
 __all__ = ["SEARCH_SPACE", "default_config", "problem_for", "search_space"]
-
-_TILES = (256, 512, 1024, 2048, 4096, 8192, 16384)
 
 #: Every launch parameter the kernels take, on every backend.
 SEARCH_SPACE = SearchSpace(
     params=(
-        Param("BLOCK_V", _TILES, power_of_two=True,
+        Param("BLOCK_V", TILES, power_of_two=True,
               doc="vocab tile of the statistics pass (max/argmax, softmax groups)"),
-        Param("BLOCK_R", _TILES, power_of_two=True,
+        Param("BLOCK_R", TILES, power_of_two=True,
               doc="vocab tile of the resampling pass (residual + Gumbel-max argmax)"),
-        Param("SPLITS", (1, 2, 4, 8, 16, 32, 64), power_of_two=True,
+        Param("SPLITS", SPLITS, power_of_two=True,
               doc="programs one vocab row is split across (second-stage reduction)"),
-        Param("num_warps", (1, 2, 4, 8, 16), power_of_two=True, doc="warps per program"),
-        Param("num_stages", (1, 2, 3, 4), doc="software-pipelining depth of the tile loops"),
-        Param("waves_per_eu", (0, 1, 2, 3, 4), backends=("hip",),
-              doc="AMD occupancy hint: waves per execution unit (0 = compiler's choice)"),
+        NUM_WARPS,
+        NUM_STAGES,
+        WAVES_PER_EU,
     ),
-    constraints=(
-        Constraint(
-            "BLOCK_V >= 64 * num_warps and BLOCK_R >= 64 * num_warps: every lane of a "
-            "64-wide wavefront holds an element",
-            lambda c: min(c["BLOCK_V"], c["BLOCK_R"]) >= 64 * c["num_warps"],
-        ),
-    ),
+    constraints=(lanes_constraint("BLOCK_V", "BLOCK_R"),),
 )
-if min(_TILES) % GROUP.value:
+if min(TILES) % GROUP.value:
     raise AssertionError("every statistics tile must hold whole softmax groups")
 
-# Defaults: vLLM's MRV2 tiles (8192 for the statistics, 1024 for resampling) and Triton's
-# default 4 warps, with enough splits that about this many programs stream the vocabulary
-# (a few per compute unit on a 100-300 CU GPU).
+# Defaults: vLLM's MRV2 tiles (8192 for the statistics, 1024 for resampling).
 _DEFAULT_BLOCK_V = 8192
 _DEFAULT_BLOCK_R = 1024
-_DEFAULT_NUM_WARPS = 4
-_DEFAULT_NUM_STAGES = 2
-_DEFAULT_TARGET_PROGRAMS = 512
-_DEFAULT_WAVES_PER_EU = 0
 
 
 def search_space(backend: str) -> SearchSpace:
@@ -62,21 +56,10 @@ def search_space(backend: str) -> SearchSpace:
 
 def default_config(problem: Problem, backend: str) -> dict[str, int]:
     """Deterministic config used when nothing is tuned for ``problem``."""
-    rows = (problem.spec_len + 1) * problem.batch
-    tiles = triton.cdiv(problem.vocab, _DEFAULT_BLOCK_V)
-    want = max(1, triton.cdiv(_DEFAULT_TARGET_PROGRAMS, rows))
-    splits_values = SEARCH_SPACE.param("SPLITS").values
-    splits = max(s for s in splits_values if s <= min(want, tiles) or s == splits_values[0])
-    config = {
-        "BLOCK_V": _DEFAULT_BLOCK_V,
-        "BLOCK_R": _DEFAULT_BLOCK_R,
-        "SPLITS": splits,
-        "num_warps": _DEFAULT_NUM_WARPS,
-        "num_stages": _DEFAULT_NUM_STAGES,
-    }
-    if backend == "hip":
-        config["waves_per_eu"] = _DEFAULT_WAVES_PER_EU
-    return search_space(backend).validate(config)
+    splits = default_splits(rows=(problem.spec_len + 1) * problem.batch, vocab=problem.vocab,
+                            block=_DEFAULT_BLOCK_V, values=SPLITS)
+    config = {"BLOCK_V": _DEFAULT_BLOCK_V, "BLOCK_R": _DEFAULT_BLOCK_R, "SPLITS": splits}
+    return launch_defaults(config, SEARCH_SPACE, backend)
 
 
 def problem_for(

@@ -158,7 +158,9 @@ _SAME = {
     "input generator": (
         "rejection_inputs.py", "_LOGIT_SCALE = 2.0", "_LOGIT_SCALE = 3.0"),
     "default config": (
-        "rejection_space.py", "_DEFAULT_NUM_STAGES = 2", "_DEFAULT_NUM_STAGES = 3"),
+        "rejection_space.py", "_DEFAULT_BLOCK_V = 8192", "_DEFAULT_BLOCK_V = 4096"),
+    "shared space parts": (
+        "_space_parts.py", "_DEFAULT_NUM_STAGES = 2", "_DEFAULT_NUM_STAGES = 3"),
     "family adapter": (
         "rejection_family.py", '"""The problem ``inputs`` belong to',
         '"""The tuning problem of ``inputs``'),

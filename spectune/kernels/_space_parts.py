@@ -1,0 +1,71 @@
+"""What every kernel family's search space and default config share.
+
+The launch parameters Triton takes for any kernel (warps, pipelining stages, AMD's
+occupancy hint), the tile and split values, the "every lane holds an element" rule, and
+how a default config splits vocabulary rows over programs. Not part of any source hash:
+spaces and defaults decide which configs are tried and what runs untuned, never tokens.
+"""
+
+from __future__ import annotations
+
+import triton
+
+from spectune.space import Constraint, Param, SearchSpace
+
+__all__ = [
+    "NUM_STAGES",
+    "NUM_WARPS",
+    "SPLITS",
+    "TILES",
+    "WAVES_PER_EU",
+    "default_splits",
+    "lanes_constraint",
+    "launch_defaults",
+]
+
+#: Vocabulary tile sizes a family may take (powers of two).
+TILES = (256, 512, 1024, 2048, 4096, 8192, 16384)
+#: Programs one vocabulary row may be split across.
+SPLITS = (1, 2, 4, 8, 16, 32, 64)
+
+NUM_WARPS = Param("num_warps", (1, 2, 4, 8, 16), power_of_two=True, doc="warps per program")
+NUM_STAGES = Param("num_stages", (1, 2, 3, 4),
+                   doc="software-pipelining depth of the tile loops")
+WAVES_PER_EU = Param("waves_per_eu", (0, 1, 2, 3, 4), backends=("hip",),
+                     doc="AMD occupancy hint: waves per execution unit (0 = compiler's choice)")
+
+# Defaults: Triton's 4 warps, 2 stages, the compiler's occupancy; and enough splits that
+# about this many programs stream the vocabulary (a few per compute unit on a 100-300 CU
+# GPU).
+_DEFAULT_NUM_WARPS = 4
+_DEFAULT_NUM_STAGES = 2
+_DEFAULT_WAVES_PER_EU = 0
+_DEFAULT_TARGET_PROGRAMS = 512
+
+
+def lanes_constraint(*tiles: str) -> Constraint:
+    """Every tile parameter named holds at least one element per lane of 64-wide waves."""
+    names = " and ".join(f"{t} >= 64 * num_warps" for t in tiles)
+    return Constraint(
+        f"{names}: every lane of a 64-wide wavefront holds an element",
+        lambda c: min(c[t] for t in tiles) >= 64 * c["num_warps"],
+    )
+
+
+def default_splits(*, rows: int, vocab: int, block: int, values: tuple[int, ...]) -> int:
+    """The largest split (of ``values``) that keeps about the target number of programs
+    over ``rows`` rows, and no more splits than ``block``-wide tiles of the vocabulary."""
+    tiles = triton.cdiv(vocab, block)
+    want = max(1, triton.cdiv(_DEFAULT_TARGET_PROGRAMS, rows))
+    return max(s for s in values if s <= min(want, tiles) or s == values[0])
+
+
+def launch_defaults(
+    config: dict[str, int], space: SearchSpace, backend: str
+) -> dict[str, int]:
+    """``config`` (the family's tiles and splits) with the shared launch defaults, checked
+    against ``space`` on ``backend``."""
+    config = {**config, "num_warps": _DEFAULT_NUM_WARPS, "num_stages": _DEFAULT_NUM_STAGES}
+    if backend == "hip":
+        config["waves_per_eu"] = _DEFAULT_WAVES_PER_EU
+    return space.for_backend(backend).validate(config)
