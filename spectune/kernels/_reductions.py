@@ -1,4 +1,6 @@
-"""Triton reductions the verification families share: exact max/argmax over a row.
+"""What several kernel families launch: exact max/argmax over a row, and how a row is cut.
+
+``split_row`` is host code, but it decides every launch grid, so it is hashed with them.
 
 Part of the source hash of every family that uses them (see each ``*_family.py``).
 """
@@ -8,7 +10,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-__all__ = ["argmax_of_parts", "chunk_max"]
+__all__ = ["argmax_of_parts", "chunk_max", "split_row"]
 
 
 @triton.jit
@@ -35,3 +37,20 @@ def argmax_of_parts(value_ptr, index_ptr, row, SPLITS: tl.constexpr, BLOCK_S: tl
     values = tl.load(value_ptr + row * SPLITS + offs, mask=offs < SPLITS, other=float("-inf"))
     _, which = tl.max(values, axis=0, return_indices=True)
     return tl.load(index_ptr + row * SPLITS + which)
+
+
+def split_row(
+    vocab: int, block: int, splits: int, *, min_block: int = 1
+) -> tuple[int, int, int, int]:
+    """How a row of ``vocab`` logits is cut for a tile size and a wanted split count.
+
+    The tile is capped at the row's power of two (but kept at least ``min_block``), and no
+    split is left without a tile.
+
+    Returns:
+        ``(tile, tiles per split, splits, chunk)``; ``chunk`` = tiles per split * tile.
+    """
+    block = min(block, max(triton.next_power_of_2(vocab), min_block))
+    tiles = triton.cdiv(vocab, block)
+    per_split = triton.cdiv(tiles, min(splits, tiles))
+    return block, per_split, triton.cdiv(tiles, per_split), per_split * block

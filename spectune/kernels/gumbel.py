@@ -28,7 +28,7 @@ import triton.language as tl
 
 from spectune.identity import backend_of
 from spectune.kernels._counter_rng import DRAFT_NOISE_SALT, gumbel_noise
-from spectune.kernels._reductions import argmax_of_parts
+from spectune.kernels._reductions import argmax_of_parts, split_row
 from spectune.kernels._tensors import INDEX_DTYPES, LOGITS_DTYPES, require_tensor
 from spectune.kernels.gumbel_space import default_config, problem_for, search_space
 
@@ -165,10 +165,7 @@ def gumbel_sample(
     out = torch.empty(num_tokens, dtype=torch.int64, device=logits.device)
     if num_tokens == 0:
         return out
-    block = min(config["BLOCK_V"], triton.next_power_of_2(vocab))
-    tiles = triton.cdiv(vocab, block)
-    per_split = triton.cdiv(tiles, min(config["SPLITS"], tiles))
-    splits = triton.cdiv(tiles, per_split)
+    block, per_split, splits, chunk = split_row(vocab, config["BLOCK_V"], config["SPLITS"])
     score_dtype = torch.float64 if use_fp64 else torch.float32
     part_max = torch.empty(num_tokens * splits, dtype=score_dtype, device=logits.device)
     part_arg = torch.empty(num_tokens * splits, dtype=torch.int32, device=logits.device)
@@ -189,7 +186,7 @@ def gumbel_sample(
     _chunk_kernel[(num_tokens * splits,)](
         logits, logits.stride(0), expanded_idx_mapping, temperature, seed, pos,
         cache, *cache_strides, col, src, src_stride,
-        part_max, part_arg, vocab, per_split, per_split * block,
+        part_max, part_arg, vocab, per_split, chunk,
         SPLITS=splits, BLOCK_V=block, APPLY_TEMPERATURE=apply_temperature,
         IS_DRAFTING=is_drafting, USE_FP64=use_fp64, HAS_CACHE=has_cache,
         PER_TOKEN_COL=has_cache and col.dim() > 0, **launch_opts,

@@ -45,7 +45,7 @@ import triton
 import triton.language as tl
 
 from spectune.identity import backend_of
-from spectune.kernels._reductions import argmax_of_parts, chunk_max
+from spectune.kernels._reductions import argmax_of_parts, chunk_max, split_row
 from spectune.kernels._tensors import INDEX_DTYPES, LOGITS_DTYPES, require_tensor
 from spectune.kernels.rejection_constants import (
     COIN_HIGH_SHIFT,
@@ -432,11 +432,7 @@ def _launch(
         return out
     all_greedy = args.is_greedy is None
     seeded = args.seeds is not None
-    block_v = min(config["BLOCK_V"], triton.next_power_of_2(vocab))
-    tiles = triton.cdiv(vocab, block_v)
-    tiles_per_split = triton.cdiv(tiles, min(config["SPLITS"], tiles))
-    splits = triton.cdiv(tiles, tiles_per_split)
-    chunk = tiles_per_split * block_v
+    block_v, tiles_per_split, splits, chunk = split_row(vocab, config["BLOCK_V"], config["SPLITS"])
     score_dtype = (
         torch.float64 if args.inv_q is not None and args.inv_q.dtype == torch.float64
         else torch.float32
@@ -470,7 +466,7 @@ def _launch(
         _fused_row_kernel[(n_rows,)](
             args.logits, dp, args.draft, args.cu, greedy, u, q, seeds,
             part_max, part_arg, part_score, part_idx, accept,
-            vocab, batch, tiles,
+            vocab, batch, tiles_per_split,  # one split: it holds every tile
             BLOCK_V=block_v, BLOCK_B=block_b, FRAC=FIXED_POINT_BITS,
             ALL_GREEDY=all_greedy, SCORE_DTYPE=tl_score, **flags, **launch_opts,
         )

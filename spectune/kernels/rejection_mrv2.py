@@ -55,7 +55,7 @@ import triton.language as tl
 
 from spectune.identity import backend_of
 from spectune.kernels._counter_rng import coin, gumbel_noise
-from spectune.kernels._reductions import argmax_of_parts, chunk_max
+from spectune.kernels._reductions import argmax_of_parts, chunk_max, split_row
 from spectune.kernels._tensors import INDEX_DTYPES, LOGITS_DTYPES, require_tensor
 from spectune.kernels.rejection_constants import FIXED_POINT_BITS, MAX_VOCAB
 from spectune.kernels.rejection_mrv2_constants import GROUP, PLACEHOLDER_TOKEN_ID
@@ -439,14 +439,6 @@ class _Args:
     use_fp64: bool
 
 
-def _split(vocab: int, block: int, splits: int) -> tuple[int, int, int, int]:
-    """(tile, tiles per split, splits, chunk) of a row for a tile size and wanted splits."""
-    block = min(block, max(triton.next_power_of_2(vocab), GROUP.value))
-    tiles = triton.cdiv(vocab, block)
-    per_split = triton.cdiv(tiles, min(splits, tiles))
-    return block, per_split, triton.cdiv(tiles, per_split), per_split * block
-
-
 def _launch(
     args: _Args, *, num_reqs: int, vocab: int, config: Mapping[str, int], backend: str
 ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -459,8 +451,12 @@ def _launch(
     # Every buffer's size follows from shapes alone: no device sync, nothing data-sized.
     rows = args.target.shape[0]
     n_groups = triton.cdiv(vocab, GROUP.value)
-    block_v, tiles_v, splits_v, chunk_v = _split(vocab, config["BLOCK_V"], config["SPLITS"])
-    block_r, tiles_r, splits_r, chunk_r = _split(vocab, config["BLOCK_R"], config["SPLITS"])
+    block_v, tiles_v, splits_v, chunk_v = split_row(
+        vocab, config["BLOCK_V"], config["SPLITS"], min_block=GROUP.value
+    )
+    block_r, tiles_r, splits_r, chunk_r = split_row(
+        vocab, config["BLOCK_R"], config["SPLITS"], min_block=GROUP.value
+    )
     score_dtype = torch.float64 if args.use_fp64 else torch.float32
 
     part_max = torch.empty(rows * splits_v, dtype=torch.float32, device=device)
