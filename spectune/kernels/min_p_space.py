@@ -1,0 +1,64 @@
+"""What the min-p kernels can be tuned over, and what runs untuned.
+
+Imported by the launcher (:mod:`spectune.kernels.min_p`). Not part of the family's
+source hash.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from spectune.kernels._space_parts import (
+    NUM_STAGES,
+    NUM_WARPS,
+    SPLITS,
+    TILES,
+    WAVES_PER_EU,
+    default_splits,
+    lanes_constraint,
+    launch_defaults,
+)
+from spectune.kernels._tensors import dtype_name
+from spectune.space import Param, Problem, SearchSpace
+
+__all__ = ["SEARCH_SPACE", "default_config", "problem_for", "search_space"]
+
+#: Every launch parameter the kernels take, on every backend. ``SPLITS`` 1 is vLLM's
+#: launch (one program per row); more splits take the row maximum in two launches.
+SEARCH_SPACE = SearchSpace(
+    params=(
+        Param("BLOCK_V", TILES, power_of_two=True, doc="vocab tile one program loads per step"),
+        Param("SPLITS", (*SPLITS, 128, 256), power_of_two=True,
+              doc="programs one vocab row is split across (row max from their partials)"),
+        NUM_WARPS,
+        NUM_STAGES,
+        WAVES_PER_EU,
+    ),
+    constraints=(lanes_constraint("BLOCK_V"),),
+)
+
+# Default: vLLM's MRV2 min-p tile, split as the sampling family splits its rows (every
+# split gives the same logits; only small batches are split).
+_DEFAULT_BLOCK_V = 1024
+
+
+def search_space(backend: str) -> SearchSpace:
+    """The declared launch space on ``backend`` (``waves_per_eu`` only on HIP)."""
+    return SEARCH_SPACE.for_backend(backend)
+
+
+def default_config(problem: Problem, backend: str) -> dict[str, int]:
+    """Deterministic config used when nothing is tuned for ``problem``."""
+    splits = default_splits(rows=problem.batch, vocab=problem.vocab, block=_DEFAULT_BLOCK_V,
+                            values=SEARCH_SPACE.param("SPLITS").values)
+    return launch_defaults({"BLOCK_V": _DEFAULT_BLOCK_V, "SPLITS": splits}, SEARCH_SPACE,
+                           backend)
+
+
+def problem_for(*, num_tokens: int, vocab: int, dtype: torch.dtype) -> Problem:
+    """The tuning problem of one launch's shape: rows (as ``batch``), vocabulary, dtype.
+
+    Min-p has no speculation length: ``spec_len`` is 1 and ``draft_probs`` False.
+    """
+    return Problem(spec_len=1, batch=max(num_tokens, 1), vocab=vocab,
+                   dtype=dtype_name(dtype), draft_probs=False)

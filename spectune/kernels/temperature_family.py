@@ -1,0 +1,85 @@
+"""Temperature scaling (MRV2's ``apply_temperature``) as a
+:class:`~spectune.kernels.KernelFamily`."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import torch
+
+from spectune.kernels import temperature
+from spectune.kernels._code_hash import code_hash
+from spectune.kernels.temperature_inputs import TemperatureInputs, make_temperature_inputs
+from spectune.kernels.temperature_reference import (
+    TemperatureReference,
+    temperature_reference,
+    temperature_results_agree,
+)
+from spectune.kernels.temperature_space import default_config, problem_for, search_space
+from spectune.space import Problem, SearchSpace
+
+__all__ = ["FAMILY", "TemperatureFamily"]
+
+
+class TemperatureFamily:
+    """Temperature scaling of logits rows, in place, as a tunable kernel family.
+
+    The kernel works in place; :meth:`launch` writes into the inputs' ``out`` buffer
+    instead (same kernel, same memory traffic), so the shared logits never change and
+    the tuner's repeated launches all give the reference's result.
+
+    Attributes:
+        name: ``temperature``.
+        source_modules: The kernel and launcher (:mod:`spectune.kernels.temperature`).
+        source_hash: Hash of their code.
+    """
+
+    name = "temperature"
+    source_modules = (temperature,)
+
+    def __init__(self) -> None:
+        self.source_hash = code_hash(*self.source_modules)
+
+    def search_space(self, backend: str) -> SearchSpace:
+        """The declared launch space on ``backend``."""
+        return search_space(backend)
+
+    def default_config(self, problem: Problem, backend: str) -> dict[str, int]:
+        """The launcher's config when nothing is tuned for ``problem``."""
+        return default_config(problem, backend)
+
+    def problem_of(self, inputs: TemperatureInputs) -> Problem:
+        """The problem ``inputs`` belong to (rows as the batch, vocabulary, dtype)."""
+        num_tokens, vocab = inputs.logits.shape
+        return problem_for(num_tokens=num_tokens, vocab=vocab, dtype=inputs.logits.dtype)
+
+    def make_inputs(
+        self, problem: Problem, *, seed: int, device: torch.device | str = "cpu"
+    ) -> TemperatureInputs:
+        """``problem.batch`` rows at a mix of temperatures (0 and 1 among them)."""
+        return make_temperature_inputs(problem, seed=seed, device=device)
+
+    def launch(self, inputs: TemperatureInputs, config: Mapping[str, int]) -> torch.Tensor:
+        """The kernel with ``config`` into ``inputs.out``, without the checks that read
+        tensor contents; returns ``inputs.out`` (overwritten by the next launch)."""
+        temperature.apply_temperature(*inputs.args(), out=inputs.out, config=config,
+                                      validate=False)
+        return inputs.out
+
+    def reference(self, inputs: TemperatureInputs) -> TemperatureReference:
+        """The PyTorch reference's logits, and the range each may take on the inputs'
+        backend."""
+        return temperature_reference(*inputs.args())
+
+    def same(self, expected: TemperatureReference | torch.Tensor, actual: torch.Tensor) -> bool:
+        """Bit-identical logits; against a reference, under its backend's rule (bit-identical
+        under the interpreter, a GPU's division ulps apart on GPUs)."""
+        if isinstance(expected, TemperatureReference):
+            return temperature_results_agree(expected, actual)[0]
+        bits = torch.int32 if actual.dtype == torch.float32 else torch.int16
+        return (expected.dtype == actual.dtype and expected.shape == actual.shape
+                and torch.equal(expected.cpu().view(bits), actual.cpu().view(bits)))
+
+
+#: The registered instance (see :data:`spectune.kernels.FAMILIES`).
+FAMILY = TemperatureFamily()

@@ -1,0 +1,65 @@
+"""What the top-k/top-p masking kernel can be tuned over, and what runs untuned.
+
+Imported by the launcher (:mod:`spectune.kernels.topk_topp`). Not part of the family's
+source hash.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from spectune.kernels._space_parts import (
+    NUM_STAGES,
+    NUM_WARPS,
+    TILES,
+    WAVES_PER_EU,
+    lanes_constraint,
+    launch_defaults,
+)
+from spectune.kernels._tensors import dtype_name
+from spectune.space import Constraint, Param, Problem, SearchSpace
+
+__all__ = ["SEARCH_SPACE", "default_config", "problem_for", "search_space"]
+
+# One pass compares a whole tile against every pivot: a PIVOTS x BLOCK_V block of keys.
+_MAX_PIVOT_BLOCK = 2**17
+
+#: Every launch parameter the kernel takes, on every backend.
+SEARCH_SPACE = SearchSpace(
+    params=(
+        Param("BLOCK_V", TILES, power_of_two=True, doc="vocab tile one program loads per step"),
+        Param("PIVOTS", (4, 8, 16, 32, 64), power_of_two=True,
+              doc="candidate thresholds one pass over the row tests (fewer passes, "
+                  "more compares per logit)"),
+        NUM_WARPS,
+        NUM_STAGES,
+        WAVES_PER_EU,
+    ),
+    constraints=(
+        lanes_constraint("BLOCK_V"),
+        Constraint(f"PIVOTS * BLOCK_V <= {_MAX_PIVOT_BLOCK}: the compare block of a pass",
+                   lambda c: c["PIVOTS"] * c["BLOCK_V"] <= _MAX_PIVOT_BLOCK),
+    ),
+)
+
+_DEFAULT = {"BLOCK_V": 2048, "PIVOTS": 16}
+
+
+def search_space(backend: str) -> SearchSpace:
+    """The declared launch space on ``backend`` (``waves_per_eu`` only on HIP)."""
+    return SEARCH_SPACE.for_backend(backend)
+
+
+def default_config(problem: Problem, backend: str) -> dict[str, int]:
+    """Deterministic config used when nothing is tuned for ``problem``."""
+    del problem
+    return launch_defaults(dict(_DEFAULT), SEARCH_SPACE, backend)
+
+
+def problem_for(*, num_tokens: int, vocab: int, dtype: torch.dtype) -> Problem:
+    """The tuning problem of one launch's shape: rows (as ``batch``), vocabulary, dtype.
+
+    Masking has no speculation length: ``spec_len`` is 1 and ``draft_probs`` False.
+    """
+    return Problem(spec_len=1, batch=max(num_tokens, 1), vocab=vocab,
+                   dtype=dtype_name(dtype), draft_probs=False)
