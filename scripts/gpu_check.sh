@@ -3,8 +3,9 @@
 #   1. the kernel tests of both families, natively on the GPU (SPECTUNE_TEST_DEVICE=cuda);
 #   2. scripts/bench_verify.py: ours vs vLLM 0.32's unfused V1 launch sequence;
 #   3. when vLLM is importable: scripts/bench_verify_mrv2.py (ours vs vLLM's Model Runner
-#      V2 kernels themselves) and scripts/mrv2_engine_check.py (an MRV2 engine with ngram
-#      speculation, greedy tokens with and without spectune).
+#      V2 kernels themselves), benchmarks/bench_sampling.py (the sampling kernels and the
+#      fused sampler vs vLLM's) and scripts/mrv2_engine_check.py (an MRV2 engine with
+#      ngram speculation, greedy tokens with and without spectune).
 # Writes logs, JUnit XML and JSON under $OUT (./out when run by hand).
 # Runs with the machine's own python3, torch and triton: nothing is installed.
 set -uo pipefail
@@ -22,7 +23,7 @@ unset TRITON_INTERPRET
 } 2>&1 | tee "$OUT/device.txt"
 
 status=0
-SPECTUNE_TEST_DEVICE=cuda timeout 200 python3 -m pytest tests/kernels/test_rejection.py \
+SPECTUNE_TEST_DEVICE=cuda timeout 170 python3 -m pytest tests/kernels/test_rejection.py \
     tests/kernels/test_rejection_mrv2.py -q -p no:cacheprovider \
     --junitxml="$OUT/kernel-tests.xml" 2>&1 | tee "$OUT/kernel-tests.log"
 [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
@@ -34,11 +35,14 @@ if python3 -c 'import vllm' 2>/dev/null; then
     timeout 120 python3 scripts/bench_verify_mrv2.py --json "$OUT/bench-mrv2.json" 2>&1 \
         | tee "$OUT/bench-mrv2.log"
     [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
-    timeout 110 python3 scripts/mrv2_engine_check.py --json "$OUT/engine-mrv2.json" 2>&1 \
+    timeout 100 python3 benchmarks/bench_sampling.py --json "$OUT/bench-sampling.json" 2>&1 \
+        | tee "$OUT/bench-sampling.log"
+    [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+    timeout 100 python3 scripts/mrv2_engine_check.py --json "$OUT/engine-mrv2.json" 2>&1 \
         | tee "$OUT/engine-mrv2.log"
     [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
 else
-    echo "vLLM is not importable here: MRV2 benchmark and engine check skipped" \
+    echo "vLLM is not importable here: MRV2 and sampling benchmarks, engine check skipped" \
         | tee "$OUT/mrv2-skipped.txt"
 fi
 exit $status

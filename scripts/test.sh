@@ -13,4 +13,6 @@ if [ -f scripts/postgres.sh ]; then
 fi
 export TRITON_INTERPRET=1
 ruff check spectune tests scripts benchmarks
-exec python -m pytest -q "$@"
+# Two workers or more (one per core), each test file on one worker: module-scoped set-up
+# (vLLM engines, loaded vLLM kernels) runs once.
+exec python -m pytest -q -n auto --dist loadfile "$@"

@@ -39,6 +39,7 @@ from spectune.vllm._settings import (
     installed_vllm_version,
     logger,
     rng_mode,
+    sampling_routed,
     supported_text,
     vllm_supported,
 )
@@ -49,6 +50,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "STATE",
+    "add_sampling_companions",
     "caller_vllm_config",
     "hook_worker_init",
     "new_mrv2_router",
@@ -57,6 +59,7 @@ __all__ = [
     "passed_calls",
     "platform_overrides_only",
     "register",
+    "routed_by_seam",
     "routed_calls",
     "uses_model_runner_v2",
     "why_not_routed",
@@ -110,17 +113,21 @@ def register() -> None:
 
 
 def routed_calls() -> int:
-    """Verification calls in this process that went through spectune's kernels."""
+    """Verification calls in this process that went through spectune's kernels (the
+    sampling steps routed with them: :func:`routed_by_seam`)."""
     return sum(router.stats.routed for router in STATE.routers)
 
 
 def passed_calls() -> dict[str, int]:
-    """Verification calls in this process handed to vLLM's own function, by reason
-    (modes spectune does not implement, such as ``"block verification"``)."""
+    """Calls in this process handed to vLLM's own function, by reason: verification
+    modes spectune does not implement (``"block verification"``), and sampling-step
+    calls it does not take (``"apply_top_k_top_p: ..."``)."""
     counts: dict[str, int] = {}
     for router in STATE.routers:
-        for reason, n in router.stats.passed_reasons.items():
-            counts[reason] = counts.get(reason, 0) + n
+        for each in (router, *router.companions):
+            prefix = f"{each.seam}: " if each.leader is not None else ""
+            for reason, n in each.stats.passed_reasons.items():
+                counts[prefix + reason] = counts.get(prefix + reason, 0) + n
     return counts
 
 
@@ -187,6 +194,29 @@ def new_mrv2_router(module: Any) -> SeamRouter:
     return router
 
 
+def add_sampling_companions(router: SeamRouter, *, mrv2: bool) -> None:
+    """Route the runner's sampling steps (top-k/top-p; MRV2's temperature, min-p and
+    Gumbel sampling) along with its verification."""
+    from spectune.vllm._sampling_routers import (
+        MRV2_SAMPLING_SEAMS,
+        V1_SAMPLING_SEAMS,
+        sampling_routers,
+    )
+
+    for companion in sampling_routers(MRV2_SAMPLING_SEAMS if mrv2 else V1_SAMPLING_SEAMS):
+        router.add_companion(companion)
+
+
+def routed_by_seam() -> dict[str, int]:
+    """Calls in this process that went through spectune's kernels, by the vLLM function
+    they replaced (``module.name``): verification and sampling steps."""
+    counts: dict[str, int] = {}
+    for router in STATE.routers:
+        for each in (router, *router.companions):
+            counts[each.where] = counts.get(each.where, 0) + each.stats.routed
+    return counts
+
+
 def on_worker_init(vllm_config: Any, *, at_first_call: bool | None = None) -> None:
     """Decide for this engine's worker; install (or remove) the routing. Never raises.
 
@@ -222,6 +252,8 @@ def on_worker_init(vllm_config: Any, *, at_first_call: bool | None = None) -> No
             import vllm.v1.sample.rejection_sampler as rs
 
             router = new_router(rs, rng=rng_mode())
+        if sampling_routed():
+            add_sampling_companions(router, mrv2=uses_model_runner_v2(vllm_config))
         STATE.router = router
         router.install()
         if at_first_call:

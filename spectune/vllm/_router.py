@@ -92,6 +92,8 @@ class SeamRouter:
         self._shape_configs: dict[Hashable, dict[str, int]] = {}
         self._failed = False
         self._lock = threading.Lock()
+        self.companions: list[SeamRouter] = []
+        self.leader: SeamRouter | None = None
 
     def __repr__(self) -> str:
         state = "configured" if self.configured else "not configured"
@@ -115,18 +117,33 @@ class SeamRouter:
             return self._original
         return unwrap(getattr(self.module, self.seam))
 
+    def add_companion(self, companion: SeamRouter) -> None:
+        """Route another of vLLM's functions along with this one (the sampling steps
+        around a verification): installed, configured and given back with this router,
+        activated by its first call or this router's; counted on its own."""
+        companion.leader = self
+        self.companions.append(companion)
+
     def install(self) -> None:
-        """Put the drop-in in place of vLLM's function (idempotent)."""
+        """Put the drop-in in place of vLLM's function (idempotent), companions too."""
         current = getattr(self.module, self.seam)
-        if getattr(current, "__self__", None) is self:
-            return
-        self._original = unwrap(current)
-        setattr(self.module, self.seam, self._drop_in())
+        if getattr(current, "__self__", None) is not self:
+            self._original = unwrap(current)
+            setattr(self.module, self.seam, self._drop_in())
+        for companion in self.companions:
+            companion.install()
 
     def uninstall(self) -> None:
-        """Give vLLM back its own function (idempotent)."""
+        """Give vLLM back its own function (idempotent), companions too."""
         if self.installed:
             setattr(self.module, self.seam, self.original)
+        for companion in self.companions:
+            companion.uninstall()
+
+    @property
+    def where(self) -> str:
+        """The replaced function's full name (``module.seam``)."""
+        return f"{self.module.__name__}.{self.seam}"
 
     @property
     def configured(self) -> bool:
@@ -146,6 +163,8 @@ class SeamRouter:
         self._configure_kernels()
         self.configs = configs
         self._shape_configs.clear()
+        for companion in self.companions:
+            companion.configure(configs)
 
     def _configure_kernels(self) -> None:
         """Subclasses: take what the hot path needs from the (now imported) kernels."""
@@ -181,8 +200,20 @@ class SeamRouter:
         routed = self.runner + self._route_extras()
         why = f" ({ENV_FORCE}=1)" if configs.usable == 0 else ""
         logger.info("%s; %d tuned configs usable here%s; routed %s to spectune kernels "
-                    "(%s)", configs.describe(), configs.usable, why, routed, self._details())
+                    "(%s)%s", configs.describe(), configs.usable, why, routed,
+                    self._details(), self._companions_text())
         return True
+
+    def _companions_text(self) -> str:
+        """The log line's tail: the sampling steps routed with this router."""
+        names: dict[str, int] = {}
+        for companion in self.companions:
+            if companion.installed:
+                names[companion.runner] = names.get(companion.runner, 0) + 1
+        if not names:
+            return ""
+        listed = ", ".join(f"{name} (x{n})" if n > 1 else name for name, n in names.items())
+        return f"; with its sampling steps: {listed}"
 
     def _details(self) -> str:
         """The log line's last words: the family and how it draws random numbers."""
@@ -193,7 +224,7 @@ class SeamRouter:
     def _ready(self, device: torch.device) -> bool:
         """Whether this call can be routed: activates the router at its first call."""
         if not self.configured:
-            self._first_call(device)
+            (self.leader or self)._first_call(device)
             return self.configured and self.installed
         return True
 
@@ -227,12 +258,16 @@ class SeamRouter:
         assert family is not None
         try:
             inputs, config = prepare()
-            out = family.launch(inputs, config)
+            out = self._launch(family, inputs, config)
         except Exception as exc:
-            self._fail("a routed verification call failed", exc)
+            self._fail(f"a routed call of {self.where} failed", exc)
             return original(*args, **kwargs)
         self.stats.routed += 1
         return out
+
+    def _launch(self, family: KernelFamily, inputs: Any, config: dict[str, int]) -> Any:
+        """Run one routed call (the family's launch; subclasses may call a launcher)."""
+        return family.launch(inputs, config)
 
     def _first_call(self, device: torch.device) -> None:
         with self._lock:

@@ -15,6 +15,7 @@ __all__ = [
     "ENV_DISABLE",
     "ENV_FORCE",
     "ENV_RNG",
+    "ENV_SAMPLING",
     "RNG_FUSED",
     "RNG_MODES",
     "RNG_VLLM",
@@ -25,6 +26,7 @@ __all__ = [
     "installed_vllm_version",
     "logger",
     "rng_mode",
+    "sampling_routed",
     "supported_text",
     "vllm_supported",
 ]
@@ -37,6 +39,8 @@ ENV_DISABLE = "SPECTUNE_DISABLE"
 ENV_FORCE = "SPECTUNE_FORCE"
 #: ``SPECTUNE_RNG``: where the random inputs of sampled requests come from.
 ENV_RNG = "SPECTUNE_RNG"
+#: ``SPECTUNE_SAMPLING=0``: route the verification only; vLLM keeps its sampling steps.
+ENV_SAMPLING = "SPECTUNE_SAMPLING"
 
 #: Random inputs drawn exactly as vLLM draws them (seeded requests match vLLM).
 RNG_VLLM = "vllm"
@@ -62,6 +66,12 @@ def disabled() -> bool:
 def forced() -> bool:
     """Whether ``SPECTUNE_FORCE`` asks for routing with default configs."""
     return env_flag(ENV_FORCE)
+
+
+def sampling_routed() -> bool:
+    """Whether the sampling steps are routed with the verification (``SPECTUNE_SAMPLING``
+    unset or on)."""
+    return ENV_SAMPLING not in os.environ or env_flag(ENV_SAMPLING)
 
 
 def rng_mode() -> str:

@@ -111,7 +111,8 @@ def diagnose() -> Diagnosis:
     from spectune.vllm._v1_router import V1_KERNEL
 
     env_runner = os.environ.get("VLLM_USE_V2_MODEL_RUNNER", "")
-    if env_runner == "1" or (has_triton and env_runner != "0"):
+    mrv2 = env_runner == "1" or (has_triton and env_runner != "0")
+    if mrv2:
         runner = f"Model Runner V2 (family {MRV2_KERNEL})"
     else:
         runner = f"V1 (family {V1_KERNEL})"
@@ -120,6 +121,7 @@ def diagnose() -> Diagnosis:
             f"a worker with speculative decoding routes its verification (either runner; "
             f"here {runner})"
         )
+        reasons.append(_sampling_text(mrv2=mrv2))
         reasons.append(
             "handed to vLLM per call and counted (not implemented by spectune): block "
             "verification, synthetic acceptance, watermarking, a draft vocabulary narrower "
@@ -136,6 +138,22 @@ def diagnose() -> Diagnosis:
         runner=runner,
         reasons=reasons,
     )
+
+
+def _sampling_text(*, mrv2: bool) -> str:
+    """What the verification's sampling companions would route here."""
+    from spectune.vllm._sampling_routers import (
+        MRV2_SAMPLING_SEAMS,
+        V1_SAMPLING_SEAMS,
+        sampling_routers,
+    )
+    from spectune.vllm._settings import ENV_SAMPLING, sampling_routed
+
+    if not sampling_routed():
+        return f"sampling steps left to vLLM ({ENV_SAMPLING}=0)"
+    routers = sampling_routers(MRV2_SAMPLING_SEAMS if mrv2 else V1_SAMPLING_SEAMS)
+    listed = ", ".join(f"{r.where} ({r.kernel})" for r in routers)
+    return f"with its sampling steps: {listed or 'none found in this vLLM'}"
 
 
 def self_test() -> list[SelfTest]:

@@ -83,7 +83,9 @@ def test_show_one_database_prints_strings_literally(tmp_path: Path) -> None:
     path = tmp_path / "[bold red]x[/bold red].db"
     with open_store(path) as store:
         store.record(make_row())
-    result = run("show", "--db", str(path))
+    # Wide enough that the source column never wraps, however deep pytest's tmp_path is
+    # (xdist workers add a level).
+    result = run("show", "--db", str(path), env={"COLUMNS": "600"})
     assert result.exit_code == 0
     assert "[bold red]x[/bold red].db" in result.stdout
 

@@ -8,12 +8,13 @@ one ngram engine, last, and the test process itself runs none.
 Usage: ``python -m tests.vllm._engine_run JSON`` where JSON is a list of runs::
 
     {"name": str, "model": path, "spec": bool, "env": {VAR: value},
-     "greedy": bool, "sampled_reps": int, "worker_rpc": bool}
+     "greedy": bool, "sampled_reps": int, "filtered": bool, "worker_rpc": bool}
 
 Prints one line ``RESULT <json>``: per run the greedy and sampled token ids, vLLM's
-spec-decode counters around the greedy run and each sampled repetition,
-``routed_calls()`` here, and with ``worker_rpc`` the pid and ``routed_calls()`` of the
-worker process.
+spec-decode counters around the greedy run and each sampled repetition, with
+``filtered`` the tokens of seeded sampling with top-k, top-p and min-p
+(:data:`FILTERS`), ``routed_calls()`` and ``routed_by_seam()`` here, and with
+``worker_rpc`` the pid and ``routed_calls()`` of the worker process.
 """
 
 from __future__ import annotations
@@ -30,6 +31,10 @@ from typing import Any
 PROMPTS = [[1, 5 + i, 9, 33, 5 + i, 9, 33, 7 + i, 5 + i, 9] for i in range(4)]
 MAX_TOKENS = 32
 TEMPERATURE = 0.8
+#: The sampling filters of the "filtered" run (with TEMPERATURE and per-prompt seeds).
+#: No min_p: vLLM 0.32 refuses it in an engine with speculative decoding
+#: (``SamplingParams._validate_spec_decode``; tests/vllm/test_e2e.py checks it still does).
+FILTERS = {"top_k": 50, "top_p": 0.9}
 SPEC_TOKENS = 3
 #: lm_head scale: peaked enough that sampling at 0.8 repeats n-grams (drafts accepted).
 LM_HEAD_SCALE = 200.0
@@ -77,13 +82,13 @@ def _counters(llm: Any) -> dict[str, int]:
 
 def run_engine(run: dict[str, Any]) -> dict[str, Any]:
     """Start one engine as ``run`` says, generate, and report."""
-    for var in ("SPECTUNE_DISABLE", "SPECTUNE_FORCE", "SPECTUNE_RNG"):
+    for var in ("SPECTUNE_DISABLE", "SPECTUNE_FORCE", "SPECTUNE_RNG", "SPECTUNE_SAMPLING"):
         os.environ.pop(var, None)
     os.environ.update(run.get("env", {}))
     from vllm import LLM, SamplingParams
     from vllm.inputs import TokensPrompt
 
-    from spectune.vllm import routed_calls
+    from spectune.vllm import routed_by_seam, routed_calls
 
     spec = {}
     if run.get("spec"):
@@ -119,7 +124,19 @@ def run_engine(run: dict[str, Any]) -> dict[str, Any]:
         after = _counters(llm) if run.get("spec") else {}
         out["sampled"].append([list(r.outputs[0].token_ids) for r in results])
         out["counters"].append({k: after[k] - before.get(k, 0) for k in after})
+    if run.get("filtered"):
+        params = [
+            SamplingParams(temperature=TEMPERATURE, seed=2000 + i, max_tokens=MAX_TOKENS,
+                           ignore_eos=True, **FILTERS)
+            for i in range(len(prompts))
+        ]
+        before = _counters(llm) if run.get("spec") else {}
+        results = llm.generate(prompts, params, use_tqdm=False)
+        after = _counters(llm) if run.get("spec") else {}
+        out["filtered"] = [list(r.outputs[0].token_ids) for r in results]
+        out["filtered_counters"] = {k: after[k] - before.get(k, 0) for k in after}
     out["routed_calls"] = routed_calls()
+    out["routed_by_seam"] = routed_by_seam()
     out["pid"] = os.getpid()
     if run.get("worker_rpc"):
         out["worker"] = llm.collective_rpc(worker_report)
