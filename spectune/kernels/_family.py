@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from types import ModuleType
 from typing import Any, Protocol, runtime_checkable
 
+from spectune.kernels._code_hash import code_hash
 from spectune.space import Problem, SearchSpace
 
-__all__ = ["KernelFamily"]
+__all__ = ["KernelFamily", "RowsFamily", "SpaceFamily"]
 
 
 @runtime_checkable
@@ -51,3 +53,40 @@ class KernelFamily(Protocol):
     def same(self, expected: Any, actual: Any) -> bool:
         """Whether two results agree under the family's exactness rule."""
         ...
+
+
+class SpaceFamily:
+    """What every family adapter shares: its hashed modules, and the ``*_space`` module
+    that declares its search space and default config.
+
+    Subclasses set ``name``, ``source_modules`` (hashed, in order, into ``source_hash``)
+    and ``space`` (a module with ``search_space(backend)`` and
+    ``default_config(problem, backend)``), and implement the rest of
+    :class:`KernelFamily`.
+    """
+
+    name: str = ""
+    source_modules: tuple[ModuleType, ...] = ()
+    space: ModuleType
+
+    def __init__(self) -> None:
+        self.source_hash = code_hash(*self.source_modules)
+
+    def search_space(self, backend: str) -> SearchSpace:
+        """The declared launch space on ``backend``."""
+        return self.space.search_space(backend)  # type: ignore[no-any-return]
+
+    def default_config(self, problem: Problem, backend: str) -> dict[str, int]:
+        """The launcher's config when nothing is tuned for ``problem``."""
+        return self.space.default_config(problem, backend)  # type: ignore[no-any-return]
+
+
+class RowsFamily(SpaceFamily):
+    """A family whose launches take one ``[rows, V]`` logits tensor (the sampling
+    steps): its problem is that shape, rows as the batch (``space.problem_for``)."""
+
+    def problem_of(self, inputs: Any) -> Problem:
+        """The problem ``inputs`` belong to (rows as the batch, vocabulary, dtype)."""
+        rows, vocab = inputs.logits.shape
+        return self.space.problem_for(  # type: ignore[no-any-return]
+            num_tokens=rows, vocab=vocab, dtype=inputs.logits.dtype)

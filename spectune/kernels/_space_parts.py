@@ -8,9 +8,11 @@ spaces and defaults decide which configs are tried and what runs untuned, never 
 
 from __future__ import annotations
 
+import torch
 import triton
 
-from spectune.space import Constraint, Param, SearchSpace
+from spectune.kernels._tensors import dtype_name
+from spectune.space import Constraint, Param, Problem, SearchSpace
 
 __all__ = [
     "NUM_STAGES",
@@ -21,6 +23,7 @@ __all__ = [
     "default_splits",
     "lanes_constraint",
     "launch_defaults",
+    "rows_problem",
 ]
 
 #: Vocabulary tile sizes a family may take (powers of two).
@@ -69,3 +72,11 @@ def launch_defaults(
     if backend == "hip":
         config["waves_per_eu"] = _DEFAULT_WAVES_PER_EU
     return space.for_backend(backend).validate(config)
+
+
+def rows_problem(*, num_tokens: int, vocab: int, dtype: torch.dtype) -> Problem:
+    """The tuning problem of a launch over ``[num_tokens, vocab]`` logits (the sampling
+    steps): rows as ``batch``, vocabulary, dtype. Sampling has no speculation length:
+    ``spec_len`` is 1 and ``draft_probs`` False."""
+    return Problem(spec_len=1, batch=max(num_tokens, 1), vocab=vocab,
+                   dtype=dtype_name(dtype), draft_probs=False)

@@ -6,6 +6,8 @@ The backend a tensor's device runs kernels on is :func:`spectune.identity.backen
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 
 from spectune.space import DTYPES
@@ -14,6 +16,7 @@ __all__ = [
     "DTYPE_BY_NAME",
     "INDEX_DTYPES",
     "LOGITS_DTYPES",
+    "check_state_rows",
     "dtype_name",
     "require_tensor",
 ]
@@ -74,3 +77,53 @@ def require_tensor(
             raise ValueError(f"{name} must be contiguous in its last dimension")
     elif not value.is_contiguous():
         raise ValueError(f"{name} must be contiguous")
+
+
+def check_state_rows(
+    logits: torch.Tensor,
+    expanded_idx_mapping: torch.Tensor,
+    values: torch.Tensor,
+    out: torch.Tensor | None,
+    *,
+    name: str,
+    values_ok: Callable[[torch.Tensor], torch.Tensor],
+    rule: str,
+    validate: bool,
+) -> torch.Tensor:
+    """Check the arguments of an in-place step over ``[rows, V]`` logits whose rows read
+    a per-request-state float32 value (MRV2's temperature, min-p); returns the tensor
+    written (``out``, or ``logits`` in place).
+
+    Args:
+        logits: The ``[rows, V]`` logits.
+        expanded_idx_mapping: ``[rows]`` request state of each row (``-1``: padded).
+        values: ``[max_num_reqs]`` float32, named ``name`` in errors.
+        out: Where the result goes instead of ``logits``, or ``None``.
+        name: The values' argument name.
+        values_ok: Elementwise test of valid values (read only when ``validate``).
+        rule: What ``values_ok`` asks, for the error message.
+        validate: Also check contents: request states in range, values valid.
+
+    Raises:
+        ValueError: naming the offending argument.
+    """
+    require_tensor("logits", logits, ndim=2, dtypes=LOGITS_DTYPES, rows=True)
+    num_tokens, vocab = logits.shape
+    on = ("logits", logits.device)
+    if vocab < 1:
+        raise ValueError("logits: vocab size (dim 1) must be at least 1")
+    require_tensor("expanded_idx_mapping", expanded_idx_mapping, ndim=1, dtypes=INDEX_DTYPES,
+                   same_device_as=on, shape=(num_tokens,))
+    require_tensor(name, values, ndim=1, dtypes=(torch.float32,), same_device_as=on)
+    if out is not None:
+        require_tensor("out", out, ndim=2, dtypes=(logits.dtype,), same_device_as=on,
+                       shape=(num_tokens, vocab), rows=True)
+    if validate and num_tokens > 0:
+        states = expanded_idx_mapping.to(torch.int64).cpu()
+        if bool((states < -1).any()) or bool((states >= values.shape[0]).any()):
+            raise ValueError(
+                f"expanded_idx_mapping must index {name} (-1 <= state < {values.shape[0]})"
+            )
+        if not bool(values_ok(values.cpu()).all()):
+            raise ValueError(f"{name} must be {rule}")
+    return logits if out is None else out

@@ -20,14 +20,13 @@ This module, with :mod:`spectune.kernels._counter_rng` and
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
 import torch
 import triton
 import triton.language as tl
 
-from spectune.identity import backend_of
 from spectune.kernels._counter_rng import DRAFT_NOISE_SALT, gumbel_noise
+from spectune.kernels._launch import launch_config
 from spectune.kernels._reductions import argmax_of_parts, split_row
 from spectune.kernels._tensors import INDEX_DTYPES, LOGITS_DTYPES, require_tensor
 from spectune.kernels.gumbel_space import default_config, problem_for, search_space
@@ -156,12 +155,10 @@ def gumbel_sample(
         use_fp64=use_fp64, validate=validate,
     )
     num_tokens, vocab = logits.shape
-    backend = backend_of(logits.device)
-    if config is None:
-        problem = problem_for(num_tokens=num_tokens, vocab=vocab, dtype=logits.dtype)
-        config = default_config(problem, backend)
-    else:
-        config = search_space(backend).validate(config)
+    config, launch_opts = launch_config(
+        config, logits.device, search_space=search_space, default_config=default_config,
+        problem=lambda: problem_for(num_tokens=num_tokens, vocab=vocab, dtype=logits.dtype),
+    )
     out = torch.empty(num_tokens, dtype=torch.int64, device=logits.device)
     if num_tokens == 0:
         return out
@@ -178,11 +175,6 @@ def gumbel_sample(
     else:
         # Never read (HAS_CACHE is a constexpr); any pointer stands in.
         cache, col, src, cache_strides, src_stride = logits, pos, logits, (0, 0), 0
-    launch_opts: dict[str, Any] = {
-        "num_warps": config["num_warps"], "num_stages": config["num_stages"],
-    }
-    if backend == "hip":
-        launch_opts["waves_per_eu"] = config["waves_per_eu"]
     _chunk_kernel[(num_tokens * splits,)](
         logits, logits.stride(0), expanded_idx_mapping, temperature, seed, pos,
         cache, *cache_strides, col, src, src_stride,

@@ -6,21 +6,20 @@ from collections.abc import Mapping
 
 import torch
 
-from spectune.kernels import _counter_rng, _reductions, gumbel
-from spectune.kernels._code_hash import code_hash
+from spectune.kernels import _counter_rng, _launch, _reductions, gumbel, gumbel_space
+from spectune.kernels._family import RowsFamily
 from spectune.kernels.gumbel_inputs import GumbelInputs, make_gumbel_inputs
 from spectune.kernels.gumbel_reference import (
     GumbelReference,
     gumbel_reference,
     gumbel_results_agree,
 )
-from spectune.kernels.gumbel_space import default_config, problem_for, search_space
-from spectune.space import Problem, SearchSpace
+from spectune.space import Problem
 
 __all__ = ["FAMILY", "GumbelSampleFamily"]
 
 
-class GumbelSampleFamily:
+class GumbelSampleFamily(RowsFamily):
     """Gumbel-max sampling with vLLM's counter-based noise as a tunable kernel family.
 
     Attributes:
@@ -32,23 +31,8 @@ class GumbelSampleFamily:
     """
 
     name = "gumbel_sample"
-    source_modules = (gumbel, _counter_rng, _reductions)
-
-    def __init__(self) -> None:
-        self.source_hash = code_hash(*self.source_modules)
-
-    def search_space(self, backend: str) -> SearchSpace:
-        """The declared launch space on ``backend``."""
-        return search_space(backend)
-
-    def default_config(self, problem: Problem, backend: str) -> dict[str, int]:
-        """The launcher's config when nothing is tuned for ``problem``."""
-        return default_config(problem, backend)
-
-    def problem_of(self, inputs: GumbelInputs) -> Problem:
-        """The problem ``inputs`` belong to (rows as the batch, vocabulary, dtype)."""
-        num_tokens, vocab = inputs.logits.shape
-        return problem_for(num_tokens=num_tokens, vocab=vocab, dtype=inputs.logits.dtype)
+    source_modules = (gumbel, _counter_rng, _reductions, _launch)
+    space = gumbel_space
 
     def make_inputs(
         self, problem: Problem, *, seed: int, device: torch.device | str = "cpu"

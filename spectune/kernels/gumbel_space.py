@@ -6,8 +6,6 @@ family's source hash.
 
 from __future__ import annotations
 
-import torch
-
 from spectune.kernels._space_parts import (
     NUM_STAGES,
     NUM_WARPS,
@@ -17,8 +15,8 @@ from spectune.kernels._space_parts import (
     default_splits,
     lanes_constraint,
     launch_defaults,
+    rows_problem,
 )
-from spectune.kernels._tensors import dtype_name
 from spectune.space import Param, Problem, SearchSpace
 
 __all__ = ["SEARCH_SPACE", "default_config", "problem_for", "search_space"]
@@ -54,10 +52,5 @@ def default_config(problem: Problem, backend: str) -> dict[str, int]:
                            backend)
 
 
-def problem_for(*, num_tokens: int, vocab: int, dtype: torch.dtype) -> Problem:
-    """The tuning problem of one launch's shape: rows (as ``batch``), vocabulary, dtype.
-
-    Sampling has no speculation length: ``spec_len`` is 1 and ``draft_probs`` False.
-    """
-    return Problem(spec_len=1, batch=max(num_tokens, 1), vocab=vocab,
-                   dtype=dtype_name(dtype), draft_probs=False)
+#: The problem of one launch's shape (rows as the batch, vocabulary, dtype).
+problem_for = rows_problem

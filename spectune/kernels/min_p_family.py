@@ -6,17 +6,16 @@ from collections.abc import Mapping
 
 import torch
 
-from spectune.kernels import _reductions, min_p
-from spectune.kernels._code_hash import code_hash
+from spectune.kernels import _launch, _reductions, min_p, min_p_space
+from spectune.kernels._family import RowsFamily
 from spectune.kernels.min_p_inputs import MinPInputs, make_min_p_inputs
 from spectune.kernels.min_p_reference import MinPReference, min_p_reference, min_p_results_agree
-from spectune.kernels.min_p_space import default_config, problem_for, search_space
-from spectune.space import Problem, SearchSpace
+from spectune.space import Problem
 
 __all__ = ["FAMILY", "MinPFamily"]
 
 
-class MinPFamily:
+class MinPFamily(RowsFamily):
     """Min-p filtering of logits rows, in place, as a tunable kernel family.
 
     The kernels work in place; :meth:`launch` writes into the inputs' ``out`` buffer
@@ -31,23 +30,8 @@ class MinPFamily:
     """
 
     name = "min_p"
-    source_modules = (min_p, _reductions)
-
-    def __init__(self) -> None:
-        self.source_hash = code_hash(*self.source_modules)
-
-    def search_space(self, backend: str) -> SearchSpace:
-        """The declared launch space on ``backend``."""
-        return search_space(backend)
-
-    def default_config(self, problem: Problem, backend: str) -> dict[str, int]:
-        """The launcher's config when nothing is tuned for ``problem``."""
-        return default_config(problem, backend)
-
-    def problem_of(self, inputs: MinPInputs) -> Problem:
-        """The problem ``inputs`` belong to (rows as the batch, vocabulary, dtype)."""
-        num_tokens, vocab = inputs.logits.shape
-        return problem_for(num_tokens=num_tokens, vocab=vocab, dtype=inputs.logits.dtype)
+    source_modules = (min_p, _reductions, _launch)
+    space = min_p_space
 
     def make_inputs(
         self, problem: Problem, *, seed: int, device: torch.device | str = "cpu"

@@ -44,7 +44,7 @@ import torch
 import triton
 import triton.language as tl
 
-from spectune.identity import backend_of
+from spectune.kernels._launch import launch_config
 from spectune.kernels._reductions import argmax_of_parts, chunk_max, split_row
 from spectune.kernels._tensors import INDEX_DTYPES, LOGITS_DTYPES, require_tensor
 from spectune.kernels.rejection_constants import (
@@ -394,18 +394,17 @@ def rejection_sample(
     )
     n_rows, vocab = target_logits.shape
     batch = cu_num_draft_tokens.shape[0]
-    backend = backend_of(target_logits.device)
-    if config is None:
-        problem = problem_for(
+    config, launch_opts = launch_config(
+        config, target_logits.device, search_space=search_space,
+        default_config=default_config,
+        problem=lambda: problem_for(
             max_spec_len=max_spec_len, batch=batch, vocab=vocab, dtype=target_logits.dtype,
             draft_probs=draft_probs is not None,
-        )
-        config = default_config(problem, backend)
-    else:
-        config = search_space(backend).validate(config)
+        ),
+    )
     return _launch(
         args, n_rows=n_rows, vocab=vocab, batch=batch, max_spec_len=max_spec_len,
-        config=config, backend=backend,
+        config=config, launch_opts=launch_opts,
     )
 
 
@@ -424,7 +423,7 @@ class _Args:
 
 def _launch(
     args: _Args, *, n_rows: int, vocab: int, batch: int, max_spec_len: int,
-    config: Mapping[str, int], backend: str,
+    config: Mapping[str, int], launch_opts: dict[str, Any],
 ) -> torch.Tensor:
     device = args.logits.device
     out = torch.empty((batch, max_spec_len + 1), dtype=torch.int32, device=device)
@@ -453,11 +452,6 @@ def _launch(
     seeds = args.seeds if args.seeds is not None else part_arg
 
     tl_score = tl.float64 if score_dtype == torch.float64 else tl.float32
-    launch_opts: dict[str, Any] = {
-        "num_warps": config["num_warps"], "num_stages": config["num_stages"],
-    }
-    if backend == "hip":
-        launch_opts["waves_per_eu"] = config["waves_per_eu"]
     block_b = triton.next_power_of_2(batch)
     block_s = triton.next_power_of_2(splits)
     flags = {"HAS_DRAFT_PROBS": args.draft_probs is not None, "SEEDED": seeded}

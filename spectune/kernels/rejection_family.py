@@ -10,8 +10,8 @@ from collections.abc import Mapping
 
 import torch
 
-from spectune.kernels import _reductions, rejection, rejection_constants
-from spectune.kernels._code_hash import code_hash
+from spectune.kernels import _launch, _reductions, rejection, rejection_constants, rejection_space
+from spectune.kernels._family import SpaceFamily
 from spectune.kernels.rejection import rejection_sample
 from spectune.kernels.rejection_inputs import RejectionInputs, make_inputs
 from spectune.kernels.rejection_reference import (
@@ -19,13 +19,13 @@ from spectune.kernels.rejection_reference import (
     decision_margins_agree,
     rejection_sample_reference,
 )
-from spectune.kernels.rejection_space import default_config, problem_for, search_space
-from spectune.space import Problem, SearchSpace
+from spectune.kernels.rejection_space import problem_for
+from spectune.space import Problem
 
 __all__ = ["FAMILY", "RejectionSampleFamily"]
 
 
-class RejectionSampleFamily:
+class RejectionSampleFamily(SpaceFamily):
     """Chain verification (greedy + rejection sampling) as a tunable kernel family.
 
     Attributes:
@@ -38,18 +38,8 @@ class RejectionSampleFamily:
     """
 
     name = "rejection_sample"
-    source_modules = (rejection, rejection_constants, _reductions)
-
-    def __init__(self) -> None:
-        self.source_hash = code_hash(*self.source_modules)
-
-    def search_space(self, backend: str) -> SearchSpace:
-        """The declared launch space on ``backend``."""
-        return search_space(backend)
-
-    def default_config(self, problem: Problem, backend: str) -> dict[str, int]:
-        """The launcher's config when nothing is tuned for ``problem``."""
-        return default_config(problem, backend)
+    source_modules = (rejection, rejection_constants, _reductions, _launch)
+    space = rejection_space
 
     def problem_of(self, inputs: RejectionInputs) -> Problem:
         """The problem ``inputs`` belong to (what the launcher's default config is for)."""

@@ -53,8 +53,8 @@ import torch
 import triton
 import triton.language as tl
 
-from spectune.identity import backend_of
 from spectune.kernels._counter_rng import coin, gumbel_noise
+from spectune.kernels._launch import launch_config
 from spectune.kernels._reductions import argmax_of_parts, chunk_max, split_row
 from spectune.kernels._tensors import INDEX_DTYPES, LOGITS_DTYPES, require_tensor
 from spectune.kernels.rejection_constants import FIXED_POINT_BITS, MAX_VOCAB
@@ -411,18 +411,18 @@ def rejection_sample_mrv2(
         expanded_idx_mapping, expanded_local_pos, temperature, seed,
         num_speculative_steps=num_speculative_steps, use_fp64=use_fp64, validate=validate,
     )
-    backend = backend_of(target_logits.device)
     num_reqs = cu_num_logits.shape[0] - 1
     vocab = target_logits.shape[1]
-    if config is None:
-        problem = problem_for(
+    config, launch_opts = launch_config(
+        config, target_logits.device, search_space=search_space,
+        default_config=default_config,
+        problem=lambda: problem_for(
             num_speculative_steps=num_speculative_steps, num_reqs=num_reqs, vocab=vocab,
             dtype=target_logits.dtype, draft_logits=draft_logits is not None,
-        )
-        config = default_config(problem, backend)
-    else:
-        config = search_space(backend).validate(config)
-    return _launch(args, num_reqs=num_reqs, vocab=vocab, config=config, backend=backend)
+        ),
+    )
+    return _launch(args, num_reqs=num_reqs, vocab=vocab, config=config,
+                   launch_opts=launch_opts)
 
 
 @dataclass
@@ -440,7 +440,8 @@ class _Args:
 
 
 def _launch(
-    args: _Args, *, num_reqs: int, vocab: int, config: Mapping[str, int], backend: str
+    args: _Args, *, num_reqs: int, vocab: int, config: Mapping[str, int],
+    launch_opts: dict[str, Any],
 ) -> tuple[torch.Tensor, torch.Tensor]:
     device = args.target.device
     steps = args.steps
@@ -476,11 +477,6 @@ def _launch(
         # Never read (HAS_DRAFT_LOGITS is a constexpr); any pointer stands in.
         d_gmax, d_gsum, draft, d_stride0, d_stride1 = t_gmax, t_gsum, args.target, 0, 0
 
-    launch_opts: dict[str, Any] = {
-        "num_warps": config["num_warps"], "num_stages": config["num_stages"],
-    }
-    if backend == "hip":
-        launch_opts["waves_per_eu"] = config["waves_per_eu"]
     common = (
         args.target, args.target.stride(0), draft, d_stride0, d_stride1, args.drafts, args.cu,
         args.idx_mapping, args.temperature,

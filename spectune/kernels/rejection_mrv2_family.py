@@ -12,12 +12,14 @@ import torch
 
 from spectune.kernels import (
     _counter_rng,
+    _launch,
     _reductions,
     rejection_constants,
     rejection_mrv2,
     rejection_mrv2_constants,
+    rejection_mrv2_space,
 )
-from spectune.kernels._code_hash import code_hash
+from spectune.kernels._family import SpaceFamily
 from spectune.kernels.rejection_mrv2 import rejection_sample_mrv2
 from spectune.kernels.rejection_mrv2_inputs import Mrv2Inputs, make_mrv2_inputs
 from spectune.kernels.rejection_mrv2_reference import (
@@ -25,13 +27,13 @@ from spectune.kernels.rejection_mrv2_reference import (
     mrv2_results_agree,
     rejection_sample_mrv2_reference,
 )
-from spectune.kernels.rejection_mrv2_space import default_config, problem_for, search_space
-from spectune.space import Problem, SearchSpace
+from spectune.kernels.rejection_mrv2_space import problem_for
+from spectune.space import Problem
 
 __all__ = ["FAMILY", "RejectionSampleMrv2Family"]
 
 
-class RejectionSampleMrv2Family:
+class RejectionSampleMrv2Family(SpaceFamily):
     """MRV2 chain verification (greedy + probability-ratio test) as a tunable family.
 
     Attributes:
@@ -48,18 +50,8 @@ class RejectionSampleMrv2Family:
     name = "rejection_sample_mrv2"
     source_modules = (
         rejection_mrv2, rejection_mrv2_constants, _counter_rng, rejection_constants, _reductions
-    )
-
-    def __init__(self) -> None:
-        self.source_hash = code_hash(*self.source_modules)
-
-    def search_space(self, backend: str) -> SearchSpace:
-        """The declared launch space on ``backend``."""
-        return search_space(backend)
-
-    def default_config(self, problem: Problem, backend: str) -> dict[str, int]:
-        """The launcher's config when nothing is tuned for ``problem``."""
-        return default_config(problem, backend)
+    , _launch)
+    space = rejection_mrv2_space
 
     def problem_of(self, inputs: Mrv2Inputs) -> Problem:
         """The problem ``inputs`` belong to (what the launcher's default config is for)."""

@@ -25,14 +25,13 @@ This module, with :mod:`spectune.kernels._truncation`,
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
 import torch
 import triton
 import triton.language as tl
 
-from spectune.identity import backend_of
 from spectune.kernels._counter_rng import gumbel_noise
+from spectune.kernels._launch import launch_config
 from spectune.kernels._reductions import chunk_max
 from spectune.kernels._tensors import INDEX_DTYPES, LOGITS_DTYPES, require_tensor
 from spectune.kernels._truncation import keep_threshold, load_values, order_key, row_stats
@@ -141,18 +140,11 @@ def sample(
     out = torch.empty(num_tokens, dtype=torch.int64, device=logits.device)
     if num_tokens == 0:
         return out
-    backend = backend_of(logits.device)
-    if config is None:
-        config = default_config(problem_for(num_tokens=num_tokens, vocab=vocab,
-                                            dtype=logits.dtype), backend)
-    else:
-        config = search_space(backend).validate(config)
+    config, launch_opts = launch_config(
+        config, logits.device, search_space=search_space, default_config=default_config,
+        problem=lambda: problem_for(num_tokens=num_tokens, vocab=vocab, dtype=logits.dtype),
+    )
     block = min(config["BLOCK_V"], triton.next_power_of_2(vocab))
-    launch_opts: dict[str, Any] = {
-        "num_warps": config["num_warps"], "num_stages": config["num_stages"],
-    }
-    if backend == "hip":
-        launch_opts["waves_per_eu"] = config["waves_per_eu"]
     _sample_kernel[(num_tokens,)](
         logits, logits.stride(0), expanded_idx_mapping, temperature, min_p, top_k, top_p,
         seed, pos, out, vocab, triton.cdiv(vocab, block),

@@ -6,18 +6,25 @@ from collections.abc import Mapping
 
 import torch
 
-from spectune.kernels import _counter_rng, _reductions, _truncation, rejection_constants, sampling
-from spectune.kernels._code_hash import code_hash
+from spectune.kernels import (
+    _counter_rng,
+    _launch,
+    _reductions,
+    _truncation,
+    rejection_constants,
+    sampling,
+    sampling_space,
+)
+from spectune.kernels._family import RowsFamily
 from spectune.kernels.gumbel_reference import GumbelReference, gumbel_results_agree
 from spectune.kernels.sampling_inputs import SampleInputs, make_sample_inputs
 from spectune.kernels.sampling_reference import sample_reference
-from spectune.kernels.sampling_space import default_config, problem_for, search_space
-from spectune.space import Problem, SearchSpace
+from spectune.space import Problem
 
 __all__ = ["FAMILY", "SampleFamily"]
 
 
-class SampleFamily:
+class SampleFamily(RowsFamily):
     """Temperature, min-p, top-k/top-p and Gumbel-max in one kernel, as a tunable family.
 
     Attributes:
@@ -30,23 +37,9 @@ class SampleFamily:
     """
 
     name = "sample"
-    source_modules = (sampling, _truncation, _counter_rng, _reductions, rejection_constants)
-
-    def __init__(self) -> None:
-        self.source_hash = code_hash(*self.source_modules)
-
-    def search_space(self, backend: str) -> SearchSpace:
-        """The declared launch space on ``backend``."""
-        return search_space(backend)
-
-    def default_config(self, problem: Problem, backend: str) -> dict[str, int]:
-        """The launcher's config when nothing is tuned for ``problem``."""
-        return default_config(problem, backend)
-
-    def problem_of(self, inputs: SampleInputs) -> Problem:
-        """The problem ``inputs`` belong to (rows as the batch, vocabulary, dtype)."""
-        num_tokens, vocab = inputs.logits.shape
-        return problem_for(num_tokens=num_tokens, vocab=vocab, dtype=inputs.logits.dtype)
+    source_modules = (sampling, _truncation, _counter_rng, _reductions, rejection_constants,
+                      _launch)
+    space = sampling_space
 
     def make_inputs(
         self, problem: Problem, *, seed: int, device: torch.device | str = "cpu"

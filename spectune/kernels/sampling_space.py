@@ -6,10 +6,7 @@ source hash.
 
 from __future__ import annotations
 
-import torch
-
-from spectune.kernels._space_parts import launch_defaults
-from spectune.kernels._tensors import dtype_name
+from spectune.kernels._space_parts import launch_defaults, rows_problem
 from spectune.kernels.topk_topp_space import SEARCH_SPACE as _TOPK_TOPP_SPACE
 from spectune.space import Problem, SearchSpace
 
@@ -34,7 +31,5 @@ def default_config(problem: Problem, backend: str) -> dict[str, int]:
     return launch_defaults(dict(_DEFAULT), SEARCH_SPACE, backend)
 
 
-def problem_for(*, num_tokens: int, vocab: int, dtype: torch.dtype) -> Problem:
-    """The tuning problem of one launch's shape: rows (as ``batch``), vocabulary, dtype."""
-    return Problem(spec_len=1, batch=max(num_tokens, 1), vocab=vocab,
-                   dtype=dtype_name(dtype), draft_probs=False)
+#: The problem of one launch's shape (rows as the batch, vocabulary, dtype).
+problem_for = rows_problem

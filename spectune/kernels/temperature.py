@@ -17,14 +17,13 @@ This module makes the family's source hash.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
 import torch
 import triton
 import triton.language as tl
 
-from spectune.identity import backend_of
-from spectune.kernels._tensors import INDEX_DTYPES, LOGITS_DTYPES, require_tensor
+from spectune.kernels._launch import launch_config
+from spectune.kernels._tensors import check_state_rows
 from spectune.kernels.temperature_space import default_config, problem_for, search_space
 
 __all__ = ["apply_temperature"]
@@ -80,58 +79,21 @@ def apply_temperature(
     Raises:
         ValueError: naming the offending argument, before any launch.
     """
-    target = _check_inputs(logits, expanded_idx_mapping, temperature, out, validate=validate)
+    target = check_state_rows(
+        logits, expanded_idx_mapping, temperature, out, name="temperature",
+        values_ok=lambda t: torch.isfinite(t) & (t >= 0), rule="finite and non-negative",
+        validate=validate,
+    )
     num_tokens, vocab = logits.shape
-    backend = backend_of(logits.device)
-    if config is None:
-        problem = problem_for(num_tokens=num_tokens, vocab=vocab, dtype=logits.dtype)
-        config = default_config(problem, backend)
-    else:
-        config = search_space(backend).validate(config)
+    config, launch_opts = launch_config(
+        config, logits.device, search_space=search_space, default_config=default_config,
+        problem=lambda: problem_for(num_tokens=num_tokens, vocab=vocab, dtype=logits.dtype),
+    )
     if num_tokens == 0:
         return
     block = min(config["BLOCK_V"], triton.next_power_of_2(vocab))
-    launch_opts: dict[str, Any] = {
-        "num_warps": config["num_warps"], "num_stages": config["num_stages"],
-    }
-    if backend == "hip":
-        launch_opts["waves_per_eu"] = config["waves_per_eu"]
     _temperature_kernel[(num_tokens, triton.cdiv(vocab, block))](
         logits, logits.stride(0), target, target.stride(0), expanded_idx_mapping,
         temperature, vocab, BLOCK_V=block, **launch_opts,
     )
 
-
-def _check_inputs(
-    logits: torch.Tensor,
-    expanded_idx_mapping: torch.Tensor,
-    temperature: torch.Tensor,
-    out: torch.Tensor | None,
-    *,
-    validate: bool,
-) -> torch.Tensor:
-    """Check the arguments (shapes, dtypes, devices; contents when ``validate``); returns
-    the tensor written (``out``, or ``logits`` in place)."""
-    require_tensor("logits", logits, ndim=2, dtypes=LOGITS_DTYPES, rows=True)
-    num_tokens, vocab = logits.shape
-    on = ("logits", logits.device)
-    if vocab < 1:
-        raise ValueError("logits: vocab size (dim 1) must be at least 1")
-    require_tensor("expanded_idx_mapping", expanded_idx_mapping, ndim=1, dtypes=INDEX_DTYPES,
-                   same_device_as=on, shape=(num_tokens,))
-    require_tensor("temperature", temperature, ndim=1, dtypes=(torch.float32,),
-                   same_device_as=on)
-    if out is not None:
-        require_tensor("out", out, ndim=2, dtypes=(logits.dtype,), same_device_as=on,
-                       shape=(num_tokens, vocab), rows=True)
-    if validate and num_tokens > 0:
-        states = expanded_idx_mapping.to(torch.int64).cpu()
-        if bool((states < -1).any()) or bool((states >= temperature.shape[0]).any()):
-            raise ValueError(
-                f"expanded_idx_mapping must index temperature (-1 <= state < "
-                f"{temperature.shape[0]})"
-            )
-        temps = temperature.cpu()
-        if not bool(torch.isfinite(temps).all()) or bool((temps < 0).any()):
-            raise ValueError("temperature must be finite and non-negative")
-    return logits if out is None else out

@@ -7,21 +7,20 @@ from collections.abc import Mapping
 
 import torch
 
-from spectune.kernels import temperature
-from spectune.kernels._code_hash import code_hash
+from spectune.kernels import _launch, temperature, temperature_space
+from spectune.kernels._family import RowsFamily
 from spectune.kernels.temperature_inputs import TemperatureInputs, make_temperature_inputs
 from spectune.kernels.temperature_reference import (
     TemperatureReference,
     temperature_reference,
     temperature_results_agree,
 )
-from spectune.kernels.temperature_space import default_config, problem_for, search_space
-from spectune.space import Problem, SearchSpace
+from spectune.space import Problem
 
 __all__ = ["FAMILY", "TemperatureFamily"]
 
 
-class TemperatureFamily:
+class TemperatureFamily(RowsFamily):
     """Temperature scaling of logits rows, in place, as a tunable kernel family.
 
     The kernel works in place; :meth:`launch` writes into the inputs' ``out`` buffer
@@ -35,23 +34,8 @@ class TemperatureFamily:
     """
 
     name = "temperature"
-    source_modules = (temperature,)
-
-    def __init__(self) -> None:
-        self.source_hash = code_hash(*self.source_modules)
-
-    def search_space(self, backend: str) -> SearchSpace:
-        """The declared launch space on ``backend``."""
-        return search_space(backend)
-
-    def default_config(self, problem: Problem, backend: str) -> dict[str, int]:
-        """The launcher's config when nothing is tuned for ``problem``."""
-        return default_config(problem, backend)
-
-    def problem_of(self, inputs: TemperatureInputs) -> Problem:
-        """The problem ``inputs`` belong to (rows as the batch, vocabulary, dtype)."""
-        num_tokens, vocab = inputs.logits.shape
-        return problem_for(num_tokens=num_tokens, vocab=vocab, dtype=inputs.logits.dtype)
+    source_modules = (temperature, _launch)
+    space = temperature_space
 
     def make_inputs(
         self, problem: Problem, *, seed: int, device: torch.device | str = "cpu"

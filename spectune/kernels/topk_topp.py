@@ -19,13 +19,12 @@ This module, with :mod:`spectune.kernels._truncation` and
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
 import torch
 import triton
 import triton.language as tl
 
-from spectune.identity import backend_of
+from spectune.kernels._launch import launch_config
 from spectune.kernels._tensors import INDEX_DTYPES, LOGITS_DTYPES, require_tensor
 from spectune.kernels._truncation import keep_threshold, order_key, row_stats
 from spectune.kernels.rejection_constants import MAX_VOCAB
@@ -99,18 +98,11 @@ def top_k_top_p(
     num_tokens, vocab = logits.shape
     if num_tokens == 0 or (k is None and p is None):
         return logits
-    backend = backend_of(logits.device)
-    if config is None:
-        config = default_config(problem_for(num_tokens=num_tokens, vocab=vocab,
-                                            dtype=logits.dtype), backend)
-    else:
-        config = search_space(backend).validate(config)
+    config, launch_opts = launch_config(
+        config, logits.device, search_space=search_space, default_config=default_config,
+        problem=lambda: problem_for(num_tokens=num_tokens, vocab=vocab, dtype=logits.dtype),
+    )
     block = min(config["BLOCK_V"], triton.next_power_of_2(vocab))
-    launch_opts: dict[str, Any] = {
-        "num_warps": config["num_warps"], "num_stages": config["num_stages"],
-    }
-    if backend == "hip":
-        launch_opts["waves_per_eu"] = config["waves_per_eu"]
     _mask_kernel[(num_tokens,)](
         logits, logits.stride(0), logits if k is None else k, logits if p is None else p,
         vocab, triton.cdiv(vocab, block),

@@ -6,21 +6,20 @@ from collections.abc import Mapping
 
 import torch
 
-from spectune.kernels import _truncation, rejection_constants, topk_topp
-from spectune.kernels._code_hash import code_hash
+from spectune.kernels import _launch, _truncation, rejection_constants, topk_topp, topk_topp_space
+from spectune.kernels._family import RowsFamily
 from spectune.kernels.topk_topp_inputs import TopKTopPInputs, make_top_k_top_p_inputs
 from spectune.kernels.topk_topp_reference import (
     TopKTopPReference,
     top_k_top_p_reference,
     top_k_top_p_results_agree,
 )
-from spectune.kernels.topk_topp_space import default_config, problem_for, search_space
-from spectune.space import Problem, SearchSpace
+from spectune.space import Problem
 
 __all__ = ["FAMILY", "TopKTopPFamily"]
 
 
-class TopKTopPFamily:
+class TopKTopPFamily(RowsFamily):
     """Exact top-k/top-p masking as a tunable kernel family.
 
     Attributes:
@@ -32,23 +31,8 @@ class TopKTopPFamily:
     """
 
     name = "top_k_top_p"
-    source_modules = (topk_topp, _truncation, rejection_constants)
-
-    def __init__(self) -> None:
-        self.source_hash = code_hash(*self.source_modules)
-
-    def search_space(self, backend: str) -> SearchSpace:
-        """The declared launch space on ``backend``."""
-        return search_space(backend)
-
-    def default_config(self, problem: Problem, backend: str) -> dict[str, int]:
-        """The launcher's config when nothing is tuned for ``problem``."""
-        return default_config(problem, backend)
-
-    def problem_of(self, inputs: TopKTopPInputs) -> Problem:
-        """The problem ``inputs`` belong to (rows as the batch, vocabulary, dtype)."""
-        num_tokens, vocab = inputs.logits.shape
-        return problem_for(num_tokens=num_tokens, vocab=vocab, dtype=inputs.logits.dtype)
+    source_modules = (topk_topp, _truncation, rejection_constants, _launch)
+    space = topk_topp_space
 
     def make_inputs(
         self, problem: Problem, *, seed: int, device: torch.device | str = "cpu"

@@ -106,6 +106,7 @@ def test_canonical_text_leaves_out_empty_fields() -> None:
 def test_the_registered_hashes_are_code_hashes() -> None:
     from spectune.kernels import (
         _counter_rng,
+        _launch,
         _reductions,
         gumbel,
         min_p,
@@ -125,19 +126,21 @@ def test_the_registered_hashes_are_code_hashes() -> None:
         "temperature", "top_k_top_p",
     ]
     assert family_hashes()["top_k_top_p"] == code_hash(topk_topp, truncation,
-                                                       rejection_constants)
+                                                       rejection_constants, _launch)
     assert family_hashes()["sample"] == code_hash(
-        sampling, truncation, _counter_rng, _reductions, rejection_constants)
-    assert family_hashes()["gumbel_sample"] == code_hash(gumbel, _counter_rng, _reductions)
-    assert family_hashes()["temperature"] == code_hash(temperature)
-    assert family_hashes()["min_p"] == code_hash(min_p, _reductions)
+        sampling, truncation, _counter_rng, _reductions, rejection_constants, _launch)
+    assert family_hashes()["gumbel_sample"] == code_hash(gumbel, _counter_rng, _reductions,
+                                                         _launch)
+    assert family_hashes()["temperature"] == code_hash(temperature, _launch)
+    assert family_hashes()["min_p"] == code_hash(min_p, _reductions, _launch)
     with pytest.raises(TypeError, match="code hashes are of modules"):
         code_hash(gumbel.gumbel_sample)  # type: ignore[arg-type]
     assert family_hashes()["rejection_sample"] == code_hash(
-        rejection, rejection_constants, _reductions
+        rejection, rejection_constants, _reductions, _launch
     )
     assert family_hashes()["rejection_sample_mrv2"] == code_hash(
-        rejection_mrv2, rejection_mrv2_constants, _counter_rng, rejection_constants, _reductions
+        rejection_mrv2, rejection_mrv2_constants, _counter_rng, rejection_constants, _reductions,
+        _launch,
     )
     assert len(code_hash(rejection)) == 16
     assert code_hash(rejection) != code_hash(rejection, rejection_constants)
@@ -222,6 +225,10 @@ _CHANGED = {
     "threshold search": (
         "_truncation.py", "pivots = tl.minimum(tl.maximum(pivots, lo), hi - 1)",
         "pivots = tl.maximum(tl.minimum(pivots, hi - 1), lo)", {TOPK_TOPP, SAMPLE}),
+    "launch options": (
+        "_launch.py", 'options["waves_per_eu"] = chosen["waves_per_eu"]',
+        'options["waves_per_eu"] = chosen["waves_per_eu"] + 0',
+        {V1, MRV2, GUMBEL, TEMPERATURE, MIN_P, TOPK_TOPP, SAMPLE}),
     "fused sampler launcher": (
         "sampling.py", 'BLOCK_V=block, PIVOTS=config["PIVOTS"], USE_FP64=use_fp64',
         'BLOCK_V=block, PIVOTS=config["PIVOTS"], USE_FP64=not use_fp64', {SAMPLE}),
