@@ -10,7 +10,6 @@ compared for equality, and with the PyTorch reference up to its flagged near-tie
 from __future__ import annotations
 
 import itertools
-import os
 import random
 
 import pytest
@@ -24,7 +23,7 @@ from spectune.kernels import (
 )
 from spectune.kernels.gumbel_space import SEARCH_SPACE
 from spectune.space import InvalidConfigError, Problem
-from tests.kernels.conftest import DEVICE
+from tests.kernels.conftest import DEVICE, vllm_oracle
 
 pytestmark = pytest.mark.filterwarnings("ignore:.*encountered in:RuntimeWarning")
 
@@ -68,12 +67,7 @@ def vllm_gumbel() -> object:
     """vLLM's MRV2 ``gumbel_sample`` (a missing vllm skips, except in CI: a failure)."""
     from tests.kernels.vllm_mrv2 import load_vllm_mrv2
 
-    try:
-        return load_vllm_mrv2().gumbel.gumbel_sample
-    except ModuleNotFoundError as exc:
-        if exc.name != "vllm" or os.environ.get("CI"):
-            raise
-        pytest.skip("vllm is not installed")
+    return vllm_oracle(lambda: load_vllm_mrv2().gumbel.gumbel_sample)
 
 
 FLAGS = list(itertools.product((True, False), (False, True), (False, True)))

@@ -12,7 +12,6 @@ such rows at a state of ``min_p`` 0 instead, which its kernel skips.
 
 from __future__ import annotations
 
-import os
 import random
 
 import pytest
@@ -28,7 +27,7 @@ from spectune.kernels import (
 from spectune.kernels.min_p_inputs import MinPInputs
 from spectune.kernels.min_p_space import SEARCH_SPACE
 from spectune.space import InvalidConfigError, Problem
-from tests.kernels.conftest import DEVICE
+from tests.kernels.conftest import DEVICE, vllm_oracle
 
 pytestmark = pytest.mark.filterwarnings("ignore:.*encountered in:RuntimeWarning")
 
@@ -81,12 +80,7 @@ def vllm_min_p() -> object:
     """vLLM's MRV2 ``apply_min_p`` (a missing vllm skips, except in CI: a failure)."""
     from tests.kernels.vllm_mrv2 import load_vllm_mrv2
 
-    try:
-        return load_vllm_mrv2().min_p.apply_min_p
-    except ModuleNotFoundError as exc:
-        if exc.name != "vllm" or os.environ.get("CI"):
-            raise
-        pytest.skip("vllm is not installed")
+    return vllm_oracle(lambda: load_vllm_mrv2().min_p.apply_min_p)
 
 
 def theirs(fn: object, case: dict[str, torch.Tensor]) -> torch.Tensor:

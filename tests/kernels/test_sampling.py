@@ -10,7 +10,6 @@ reference flags as near-ties (spectune/kernels/sampling_reference.py).
 
 from __future__ import annotations
 
-import os
 import random
 from collections import Counter
 from collections.abc import Callable
@@ -27,7 +26,7 @@ from spectune.kernels.temperature import apply_temperature
 from spectune.kernels.topk_topp import top_k_top_p
 from spectune.kernels.topk_topp_reference import top_k_top_p_reference
 from spectune.space import InvalidConfigError, Problem
-from tests.kernels.conftest import DEVICE
+from tests.kernels.conftest import DEVICE, vllm_oracle
 
 pytestmark = pytest.mark.filterwarnings("ignore:.*encountered in:RuntimeWarning")
 
@@ -140,12 +139,7 @@ def vllm_kernels():
     """vLLM's MRV2 kernels (a missing vllm skips, except in CI: a failure)."""
     from tests.kernels.vllm_mrv2 import load_vllm_mrv2
 
-    try:
-        return load_vllm_mrv2()
-    except ModuleNotFoundError as exc:
-        if exc.name != "vllm" or os.environ.get("CI"):
-            raise
-        pytest.skip("vllm is not installed")
+    return vllm_oracle(load_vllm_mrv2)
 
 
 @pytest.mark.vllm

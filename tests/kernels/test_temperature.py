@@ -11,7 +11,6 @@ temperature 0 instead, which its kernel skips.
 
 from __future__ import annotations
 
-import os
 import random
 
 import pytest
@@ -28,7 +27,7 @@ from spectune.kernels import (
 from spectune.kernels.temperature_inputs import TemperatureInputs
 from spectune.kernels.temperature_space import SEARCH_SPACE
 from spectune.space import InvalidConfigError, Problem
-from tests.kernels.conftest import DEVICE
+from tests.kernels.conftest import DEVICE, vllm_oracle
 
 pytestmark = pytest.mark.filterwarnings("ignore:.*encountered in:RuntimeWarning")
 
@@ -82,12 +81,7 @@ def vllm_temperature() -> object:
     """vLLM's MRV2 ``apply_temperature`` (a missing vllm skips, except in CI: a failure)."""
     from tests.kernels.vllm_mrv2 import load_vllm_mrv2
 
-    try:
-        return load_vllm_mrv2().gumbel.apply_temperature
-    except ModuleNotFoundError as exc:
-        if exc.name != "vllm" or os.environ.get("CI"):
-            raise
-        pytest.skip("vllm is not installed")
+    return vllm_oracle(lambda: load_vllm_mrv2().gumbel.apply_temperature)
 
 
 def theirs(fn: object, case: dict[str, torch.Tensor]) -> torch.Tensor:

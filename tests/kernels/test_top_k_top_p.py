@@ -13,7 +13,6 @@ the definition.
 
 from __future__ import annotations
 
-import os
 import random
 from collections import Counter
 from collections.abc import Callable
@@ -29,7 +28,7 @@ from spectune.kernels.topk_topp_reference import (
     top_k_top_p_results_agree,
 )
 from spectune.space import InvalidConfigError, Problem
-from tests.kernels.conftest import DEVICE
+from tests.kernels.conftest import DEVICE, vllm_oracle
 
 pytestmark = pytest.mark.filterwarnings("ignore:.*encountered in:RuntimeWarning")
 
@@ -117,13 +116,13 @@ def test_matches_the_definition_at_real_vocabularies(vocab: int, dtype: torch.dt
 @pytest.fixture(scope="module")
 def vllm_pytorch() -> Callable[..., torch.Tensor]:
     """vLLM's sort-based definition (a missing vllm skips, except in CI: a failure)."""
-    try:
+
+    def load() -> Callable[..., torch.Tensor]:
         from vllm.v1.sample.ops.topk_topp_sampler import apply_top_k_top_p_pytorch
-    except ModuleNotFoundError as exc:
-        if exc.name != "vllm" or os.environ.get("CI"):
-            raise
-        pytest.skip("vllm is not installed")
-    return apply_top_k_top_p_pytorch
+
+        return apply_top_k_top_p_pytorch
+
+    return vllm_oracle(load)
 
 
 @pytest.fixture(scope="module")
@@ -131,12 +130,7 @@ def vllm_triton() -> Callable[..., torch.Tensor]:
     """vLLM's Triton kernel (a missing vllm skips, except in CI: a failure)."""
     from tests.kernels.vllm_topk_topp import load_vllm_top_k_top_p_triton
 
-    try:
-        return load_vllm_top_k_top_p_triton()
-    except ModuleNotFoundError as exc:
-        if exc.name != "vllm" or os.environ.get("CI"):
-            raise
-        pytest.skip("vllm is not installed")
+    return vllm_oracle(load_vllm_top_k_top_p_triton)
 
 
 @pytest.mark.vllm
