@@ -24,6 +24,8 @@ __all__ = [
     "lanes_constraint",
     "launch_defaults",
     "rows_problem",
+    "split_rows_default",
+    "split_rows_space",
 ]
 
 #: Vocabulary tile sizes a family may take (powers of two).
@@ -44,6 +46,34 @@ _DEFAULT_NUM_WARPS = 4
 _DEFAULT_NUM_STAGES = 2
 _DEFAULT_WAVES_PER_EU = 0
 _DEFAULT_TARGET_PROGRAMS = 512
+
+
+def split_rows_space(*, splits_doc: str) -> SearchSpace:
+    """The space of a sampling step that splits each vocabulary row over programs: tile,
+    splits (further than the verification families': vLLM launches one program per
+    1024-logit tile there), warps, stages, ``waves_per_eu``; ``splits_doc`` says how the
+    splits are combined."""
+    return SearchSpace(
+        params=(
+            Param("BLOCK_V", TILES, power_of_two=True,
+                  doc="vocab tile one program loads per step"),
+            Param("SPLITS", (*SPLITS, 128, 256), power_of_two=True, doc=splits_doc),
+            NUM_WARPS,
+            NUM_STAGES,
+            WAVES_PER_EU,
+        ),
+        constraints=(lanes_constraint("BLOCK_V"),),
+    )
+
+
+def split_rows_default(
+    problem: Problem, backend: str, space: SearchSpace, *, block: int
+) -> dict[str, int]:
+    """The default config of a :func:`split_rows_space` family: tile ``block``, rows split
+    by :func:`default_splits`, the shared launch defaults."""
+    splits = default_splits(rows=problem.batch, vocab=problem.vocab, block=block,
+                            values=space.param("SPLITS").values)
+    return launch_defaults({"BLOCK_V": block, "SPLITS": splits}, space, backend)
 
 
 def lanes_constraint(*tiles: str) -> Constraint:

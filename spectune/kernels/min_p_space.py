@@ -6,34 +6,15 @@ source hash.
 
 from __future__ import annotations
 
-from spectune.kernels._space_parts import (
-    NUM_STAGES,
-    NUM_WARPS,
-    SPLITS,
-    TILES,
-    WAVES_PER_EU,
-    default_splits,
-    lanes_constraint,
-    launch_defaults,
-    rows_problem,
-)
-from spectune.space import Param, Problem, SearchSpace
+from spectune.kernels._space_parts import rows_problem, split_rows_default, split_rows_space
+from spectune.space import Problem, SearchSpace
 
 __all__ = ["SEARCH_SPACE", "default_config", "problem_for", "search_space"]
 
 #: Every launch parameter the kernels take, on every backend. ``SPLITS`` 1 is vLLM's
 #: launch (one program per row); more splits take the row maximum in two launches.
-SEARCH_SPACE = SearchSpace(
-    params=(
-        Param("BLOCK_V", TILES, power_of_two=True, doc="vocab tile one program loads per step"),
-        Param("SPLITS", (*SPLITS, 128, 256), power_of_two=True,
-              doc="programs one vocab row is split across (row max from their partials)"),
-        NUM_WARPS,
-        NUM_STAGES,
-        WAVES_PER_EU,
-    ),
-    constraints=(lanes_constraint("BLOCK_V"),),
-)
+SEARCH_SPACE = split_rows_space(
+    splits_doc="programs one vocab row is split across (row max from their partials)")
 
 # Default: vLLM's MRV2 min-p tile, split as the sampling family splits its rows (every
 # split gives the same logits; only small batches are split).
@@ -47,10 +28,7 @@ def search_space(backend: str) -> SearchSpace:
 
 def default_config(problem: Problem, backend: str) -> dict[str, int]:
     """Deterministic config used when nothing is tuned for ``problem``."""
-    splits = default_splits(rows=problem.batch, vocab=problem.vocab, block=_DEFAULT_BLOCK_V,
-                            values=SEARCH_SPACE.param("SPLITS").values)
-    return launch_defaults({"BLOCK_V": _DEFAULT_BLOCK_V, "SPLITS": splits}, SEARCH_SPACE,
-                           backend)
+    return split_rows_default(problem, backend, SEARCH_SPACE, block=_DEFAULT_BLOCK_V)
 
 
 #: The problem of one launch's shape (rows as the batch, vocabulary, dtype).

@@ -104,3 +104,27 @@ def vllm_oracle(load: Callable[[], _T]) -> _T:
         if exc.name != "vllm" or os.environ.get("CI"):
             raise
         pytest.skip("vllm is not installed")
+
+
+#: Integer views of the logits dtypes, for bit-for-bit comparisons.
+BITS = {torch.float32: torch.int32, torch.bfloat16: torch.int16, torch.float16: torch.int16}
+
+
+def bits(x: torch.Tensor) -> torch.Tensor:
+    """``x`` on the host as integers of the same bits (``-0.0`` differs from ``0.0``)."""
+    return x.detach().cpu().view(BITS[x.dtype])
+
+
+def vllm_state_step(
+    fn: Callable[..., None], logits: torch.Tensor, mapping: torch.Tensor,
+    values: torch.Tensor,
+) -> torch.Tensor:
+    """One of MRV2's in-place steps ``fn(logits, expanded_idx_mapping, values)`` run by
+    vLLM on a copy of ``logits``; padded rows (state ``-1``, which vLLM's kernels would
+    read out of bounds) at an extra state of value 0, which they skip."""
+    out = logits.clone()
+    padded_values = torch.cat([values, values.new_zeros(1)])
+    states = mapping.clone()
+    states[states < 0] = padded_values.shape[0] - 1
+    fn(out, states, padded_values)
+    return out

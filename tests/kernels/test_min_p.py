@@ -27,14 +27,13 @@ from spectune.kernels import (
 from spectune.kernels.min_p_inputs import MinPInputs
 from spectune.kernels.min_p_space import SEARCH_SPACE
 from spectune.space import InvalidConfigError, Problem
-from tests.kernels.conftest import DEVICE, vllm_oracle
+from tests.kernels.conftest import DEVICE, bits, vllm_oracle, vllm_state_step
 
 pytestmark = pytest.mark.filterwarnings("ignore:.*encountered in:RuntimeWarning")
 
 FAMILY = FAMILIES["min_p"]
 MIN_PS = (0.0, 1e-4, 0.05, 0.5, 1.0, 0.1)
 DTYPES = (torch.float32, torch.bfloat16, torch.float16)
-BITS = {torch.float32: torch.int32, torch.bfloat16: torch.int16, torch.float16: torch.int16}
 INF = float("inf")
 
 
@@ -71,10 +70,6 @@ def ours(case: dict[str, torch.Tensor], **kwargs: object) -> torch.Tensor:
     return logits
 
 
-def bits(x: torch.Tensor) -> torch.Tensor:
-    return x.detach().cpu().view(BITS[x.dtype])
-
-
 @pytest.fixture(scope="module")
 def vllm_min_p() -> object:
     """vLLM's MRV2 ``apply_min_p`` (a missing vllm skips, except in CI: a failure)."""
@@ -85,12 +80,8 @@ def vllm_min_p() -> object:
 
 def theirs(fn: object, case: dict[str, torch.Tensor]) -> torch.Tensor:
     """vLLM's kernel, in place on a copy; padded rows at an extra state of min_p 0."""
-    logits = case["logits"].clone()
-    min_p = torch.cat([case["min_p"], case["min_p"].new_zeros(1)])
-    mapping = case["expanded_idx_mapping"].clone()
-    mapping[mapping < 0] = min_p.shape[0] - 1
-    fn(logits, mapping, min_p)  # type: ignore[operator]
-    return logits
+    return vllm_state_step(fn, case["logits"], case["expanded_idx_mapping"],  # type: ignore[arg-type]
+                           case["min_p"])
 
 
 @pytest.mark.vllm

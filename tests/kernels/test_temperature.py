@@ -27,7 +27,7 @@ from spectune.kernels import (
 from spectune.kernels.temperature_inputs import TemperatureInputs
 from spectune.kernels.temperature_space import SEARCH_SPACE
 from spectune.space import InvalidConfigError, Problem
-from tests.kernels.conftest import DEVICE, vllm_oracle
+from tests.kernels.conftest import BITS, DEVICE, bits, vllm_oracle, vllm_state_step
 
 pytestmark = pytest.mark.filterwarnings("ignore:.*encountered in:RuntimeWarning")
 
@@ -35,7 +35,6 @@ FAMILY = FAMILIES["temperature"]
 # Greedy and unscaled rows (skipped), tiny (overflowing fp16/bf16 to inf), large, usual.
 TEMPERATURES = (0.0, 1.0, 1e-6, 1e-3, 0.5, 0.7, 1.3, 2.0, 1e4)
 DTYPES = (torch.float32, torch.bfloat16, torch.float16)
-BITS = {torch.float32: torch.int32, torch.bfloat16: torch.int16, torch.float16: torch.int16}
 
 
 def make_case(
@@ -72,10 +71,6 @@ def ours(case: dict[str, torch.Tensor], **kwargs: object) -> torch.Tensor:
     return logits
 
 
-def bits(x: torch.Tensor) -> torch.Tensor:
-    return x.detach().cpu().view(BITS[x.dtype])
-
-
 @pytest.fixture(scope="module")
 def vllm_temperature() -> object:
     """vLLM's MRV2 ``apply_temperature`` (a missing vllm skips, except in CI: a failure)."""
@@ -86,12 +81,8 @@ def vllm_temperature() -> object:
 
 def theirs(fn: object, case: dict[str, torch.Tensor]) -> torch.Tensor:
     """vLLM's kernel, in place on a copy; padded rows at an extra state of temperature 0."""
-    logits = case["logits"].clone()
-    temperature = torch.cat([case["temperature"], case["temperature"].new_zeros(1)])
-    mapping = case["expanded_idx_mapping"].clone()
-    mapping[mapping < 0] = temperature.shape[0] - 1
-    fn(logits, mapping, temperature)  # type: ignore[operator]
-    return logits
+    return vllm_state_step(fn, case["logits"], case["expanded_idx_mapping"],  # type: ignore[arg-type]
+                           case["temperature"])
 
 
 @pytest.mark.vllm

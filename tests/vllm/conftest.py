@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import os
+from collections.abc import Iterator
 
 import pytest
 
@@ -24,3 +27,27 @@ needs_kernels = pytest.mark.skipif(
     not INTERPRETED, reason="spectune's kernels on CPU need TRITON_INTERPRET=1 (scripts/test.sh)"
 )
 
+
+
+@contextlib.contextmanager
+def plugin_records(*, level: int | None = None) -> Iterator[list[logging.LogRecord]]:
+    """Records of the plugin's logger (``vllm.spectune``; vLLM's loggers do not propagate
+    to the root logger pytest captures), while the block runs; ``level`` sets the
+    logger's own level meanwhile (``None``: as it is)."""
+    records: list[logging.LogRecord] = []
+
+    class _Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            records.append(record)
+
+    handler = _Keep(logging.DEBUG)
+    log = logging.getLogger("vllm.spectune")
+    before = log.level
+    log.addHandler(handler)
+    if level is not None:
+        log.setLevel(level)
+    try:
+        yield records
+    finally:
+        log.removeHandler(handler)
+        log.setLevel(before)

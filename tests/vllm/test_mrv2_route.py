@@ -33,7 +33,7 @@ from spectune.identity import detect_device
 from spectune.vllm._configs import TunedConfigs
 from spectune.vllm._mrv2_router import Mrv2Router
 from tests.kernels.vllm_mrv2 import load_vllm_mrv2
-from tests.vllm.conftest import needs_kernels
+from tests.vllm.conftest import needs_kernels, plugin_records
 
 pytestmark = [
     pytest.mark.vllm,
@@ -234,15 +234,8 @@ def test_a_failing_routed_call_falls_back_and_never_raises(
     args = batch(COUNTS, 97, seed=8)
     key = (K, len(COUNTS) + 1, 97, torch.float32, True)
     router._shape_configs[key] = {"BLOCK_V": 3}  # not in the search space: launch refuses
-    records: list[logging.LogRecord] = []
-    handler = logging.Handler(logging.WARNING)
-    handler.emit = records.append  # type: ignore[method-assign]
-    log = logging.getLogger("vllm.spectune")
-    log.addHandler(handler)
-    try:
+    with plugin_records() as records:
         tokens = verify(sampler, args, draft=True)
-    finally:
-        log.removeHandler(handler)
     assert not router.installed and mrv2_rs.rejection_sample is vllm_mrv2
     assert tokens == verify(sampler, args, draft=True)
     warnings = [r.getMessage() for r in records if r.levelno == logging.WARNING]

@@ -35,7 +35,7 @@ from spectune.vllm import _hook as hook
 from spectune.vllm._configs import TunedConfigs
 from spectune.vllm._settings import vllm_supported
 from spectune.vllm._v1_router import expand_kernel
-from tests.vllm.conftest import needs_kernels
+from tests.vllm.conftest import needs_kernels, plugin_records
 from tests.vllm.test_route import call, inputs_of, make_batch
 
 pytestmark = [pytest.mark.vllm]
@@ -69,19 +69,8 @@ def plugin_log(
     Set up after the engine configs: building one re-runs vLLM's logging set-up, which
     drops the handlers of loggers under ``vllm``.
     """
-    records: list[logging.LogRecord] = []
-
-    class _Keep(logging.Handler):
-        def emit(self, record: logging.LogRecord) -> None:
-            records.append(record)
-
-    handler = _Keep(logging.DEBUG)
-    log = logging.getLogger("vllm.spectune")
-    log.addHandler(handler)
-    try:
+    with plugin_records() as records:
         yield records
-    finally:
-        log.removeHandler(handler)
 
 
 @pytest.fixture(scope="module")

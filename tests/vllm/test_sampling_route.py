@@ -41,7 +41,7 @@ from spectune.vllm._sampling_routers import (
 )
 from spectune.vllm._v1_router import Router
 from tests.kernels.vllm_mrv2 import load_vllm_mrv2
-from tests.vllm.conftest import needs_kernels
+from tests.vllm.conftest import needs_kernels, plugin_records
 
 pytestmark = [
     pytest.mark.vllm,
@@ -51,22 +51,9 @@ pytestmark = [
 
 @pytest.fixture
 def plugin_log() -> Iterator[list[logging.LogRecord]]:
-    """Records of the plugin's logger (``vllm.spectune``; vLLM's loggers do not
-    propagate to the root logger pytest captures)."""
-    records: list[logging.LogRecord] = []
-
-    class _Keep(logging.Handler):
-        def emit(self, record: logging.LogRecord) -> None:
-            records.append(record)
-
-    handler = _Keep(logging.DEBUG)
-    log = logging.getLogger("vllm.spectune")
-    level = log.level
-    log.addHandler(handler)
-    log.setLevel(logging.DEBUG)
-    yield records
-    log.removeHandler(handler)
-    log.setLevel(level)
+    """Records of the plugin's logger, every level."""
+    with plugin_records(level=logging.DEBUG) as records:
+        yield records
 
 
 NO_TUNING = TunedConfigs(device=detect_device(), lookup=lambda kernel, problem: None,
