@@ -23,22 +23,25 @@ unset TRITON_INTERPRET
 } 2>&1 | tee "$OUT/device.txt"
 
 status=0
-SPECTUNE_TEST_DEVICE=cuda timeout 170 python3 -m pytest tests/kernels/test_rejection.py \
+SPECTUNE_TEST_DEVICE=cuda timeout 150 python3 -m pytest tests/kernels/test_rejection.py \
     tests/kernels/test_rejection_mrv2.py -q -p no:cacheprovider \
     --junitxml="$OUT/kernel-tests.xml" 2>&1 | tee "$OUT/kernel-tests.log"
 [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
 
-timeout 110 python3 scripts/bench_verify.py --json "$OUT/bench.json" 2>&1 | tee "$OUT/bench.log"
+timeout 100 python3 scripts/bench_verify.py --json "$OUT/bench.json" 2>&1 | tee "$OUT/bench.log"
+[ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+timeout 50 python3 benchmarks/bench_folded.py --max-seconds 35 --vocab 128256 --batch 1 32 \
+    --k 1 4 --json "$OUT/bench-folded.json" 2>&1 | tee "$OUT/bench-folded.log"
 [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
 
 if python3 -c 'import vllm' 2>/dev/null; then
     timeout 120 python3 scripts/bench_verify_mrv2.py --json "$OUT/bench-mrv2.json" 2>&1 \
         | tee "$OUT/bench-mrv2.log"
     [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
-    timeout 100 python3 benchmarks/bench_sampling.py --json "$OUT/bench-sampling.json" 2>&1 \
+    timeout 90 python3 benchmarks/bench_sampling.py --json "$OUT/bench-sampling.json" 2>&1 \
         | tee "$OUT/bench-sampling.log"
     [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
-    timeout 100 python3 scripts/mrv2_engine_check.py --json "$OUT/engine-mrv2.json" 2>&1 \
+    timeout 90 python3 scripts/mrv2_engine_check.py --json "$OUT/engine-mrv2.json" 2>&1 \
         | tee "$OUT/engine-mrv2.log"
     [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
 else

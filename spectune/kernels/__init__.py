@@ -61,6 +61,9 @@ from spectune.kernels.min_p_reference import (
 from spectune.kernels.rejection import rejection_sample
 from spectune.kernels.rejection_constants import MAX_VOCAB
 from spectune.kernels.rejection_family import FAMILY as _REJECTION
+from spectune.kernels.rejection_folded_family import MRV2_FOLDED as _MRV2_FOLDED
+from spectune.kernels.rejection_folded_family import V1_FOLDED as _V1_FOLDED
+from spectune.kernels.rejection_folded_reference import process_mrv2, process_v1
 from spectune.kernels.rejection_inputs import RejectionInputs, draw_random_inputs
 from spectune.kernels.rejection_mrv2 import rejection_sample_mrv2
 from spectune.kernels.rejection_mrv2_family import FAMILY as _REJECTION_MRV2
@@ -138,6 +141,8 @@ __all__ = [
     "min_p_reference",
     "min_p_results_agree",
     "mrv2_results_agree",
+    "process_mrv2",
+    "process_v1",
     "rejection_sample",
     "rejection_sample_mrv2",
     "rejection_sample_mrv2_reference",
@@ -155,6 +160,8 @@ __all__ = [
 FAMILIES: dict[str, KernelFamily] = {
     _REJECTION.name: _REJECTION,
     _REJECTION_MRV2.name: _REJECTION_MRV2,
+    _V1_FOLDED.name: _V1_FOLDED,
+    _MRV2_FOLDED.name: _MRV2_FOLDED,
     _GUMBEL.name: _GUMBEL,
     _TEMPERATURE.name: _TEMPERATURE,
     _MIN_P.name: _MIN_P,

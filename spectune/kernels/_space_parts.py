@@ -15,12 +15,14 @@ from spectune.kernels._tensors import dtype_name
 from spectune.space import Constraint, Param, Problem, SearchSpace
 
 __all__ = [
+    "FOLD_DEFAULTS",
     "NUM_STAGES",
     "NUM_WARPS",
     "SPLITS",
     "TILES",
     "WAVES_PER_EU",
     "default_splits",
+    "folded_space",
     "lanes_constraint",
     "launch_defaults",
     "rows_problem",
@@ -74,6 +76,35 @@ def split_rows_default(
     splits = default_splits(rows=problem.batch, vocab=problem.vocab, block=block,
                             values=space.param("SPLITS").values)
     return launch_defaults({"BLOCK_V": block, "SPLITS": splits}, space, backend)
+
+
+#: The threshold search of a folded verification's pre-pass, untuned: the top-k/top-p
+#: kernel's defaults.
+FOLD_DEFAULTS = {"BLOCK_T": 2048, "PIVOTS": 16}
+# One search pass compares a whole tile against every pivot: a PIVOTS x tile block.
+_MAX_PIVOT_BLOCK = 2**17
+
+
+def folded_space(space: SearchSpace) -> SearchSpace:
+    """A verification family's space with its sampling parameters folded in: the
+    family's parameters plus the pre-pass's tile and pivots
+    (:mod:`spectune.kernels._folding`)."""
+    fold_params = (
+        Param("BLOCK_T", TILES, power_of_two=True,
+              doc="vocab tile of the pre-pass that finds each row's min-p and "
+                  "top-k/top-p thresholds"),
+        Param("PIVOTS", (4, 8, 16, 32, 64), power_of_two=True,
+              doc="candidate thresholds one pre-pass pass tests"),
+    )
+    return SearchSpace(
+        params=(*space.params[:-3], *fold_params, *space.params[-3:]),
+        constraints=(
+            *space.constraints,
+            lanes_constraint("BLOCK_T"),
+            Constraint(f"PIVOTS * BLOCK_T <= {_MAX_PIVOT_BLOCK}: the compare block of a pass",
+                       lambda c: c["PIVOTS"] * c["BLOCK_T"] <= _MAX_PIVOT_BLOCK),
+        ),
+    )
 
 
 def lanes_constraint(*tiles: str) -> Constraint:

@@ -27,14 +27,24 @@ import triton.language as tl
 from spectune.kernels.rejection_constants import FIXED_POINT_BITS
 
 __all__ = [
+    "ROUNDED_DIV",
+    "TRITON_DIV",
+    "divide",
     "keep_threshold",
     "load_values",
     "mass_at_or_above",
     "mass_weight",
     "order_key",
+    "processed_threshold",
     "row_stats",
     "smallest_value_below",
 ]
+
+#: ``PROCESS`` modes of :func:`load_values`: Triton's float32 ``/`` (what vLLM's Triton
+#: sampling kernels divide with: ``div.full.f32`` on NVIDIA, within 2 ulps), or the
+#: correctly rounded quotient (what PyTorch's ``div_`` gives, as vLLM V1's sampler).
+TRITON_DIV = tl.constexpr(1)
+ROUNDED_DIV = tl.constexpr(2)
 
 # 2**FIXED_POINT_BITS, the weight of the row's largest logit.
 _WEIGHT_SCALE = tl.constexpr(float(2**FIXED_POINT_BITS))
@@ -62,16 +72,26 @@ def mass_weight(x, row_max):
 
 
 @triton.jit
+def divide(x, temp, DIV: tl.constexpr):
+    """``x / temp`` in float32, as :data:`TRITON_DIV` or :data:`ROUNDED_DIV` says."""
+    if DIV == ROUNDED_DIV:
+        return tl.math.div_rn(x, temp)
+    else:
+        return x / temp
+
+
+@triton.jit
 def load_values(x_ptr, idx, in_vocab, temp, min_value, PROCESS: tl.constexpr):
     """The row's values at ``idx`` as float32 (``-inf`` outside the vocabulary).
 
-    With ``PROCESS`` they are what vLLM's sampler makes of the logits first: divided by
-    the temperature ``temp`` (1 leaves them as they are), then ``-inf`` below
+    With ``PROCESS`` (0: none, else the division's mode, :data:`TRITON_DIV` or
+    :data:`ROUNDED_DIV`) they are what vLLM's sampler makes of the logits first: divided
+    by the temperature ``temp`` (1 leaves them as they are), then ``-inf`` below
     ``min_value`` (min-p's threshold; ``-inf`` masks nothing).
     """
     x = tl.load(x_ptr + idx, mask=in_vocab, other=float("-inf")).to(tl.float32)
     if PROCESS:
-        x = x / temp
+        x = divide(x, temp, PROCESS)
         x = tl.where(x < min_value, float("-inf"), x)
     return x
 
@@ -205,3 +225,31 @@ def keep_threshold(
             row_max, bound, PROCESS, True, BLOCK_V, PIVOTS,
         )
     return order_key(threshold)
+
+
+@triton.jit
+def processed_threshold(
+    x_ptr, vocab, n_tiles, temp, min_p, k, p,
+    DIV: tl.constexpr, HAS_K: tl.constexpr, HAS_P: tl.constexpr, BLOCK_V: tl.constexpr,
+    PIVOTS: tl.constexpr,
+):
+    """What vLLM's sampler keeps of a row: temperature, then min-p, then top-k/top-p.
+
+    Returns ``(min_value, threshold)``: :func:`load_values` with ``temp`` and
+    ``min_value`` gives the tempered, min-p-masked values, and the tokens whose key is at
+    least ``threshold`` are the ones top-k/top-p keep of them. ``temp`` must be positive
+    (1 divides nothing), divided as ``DIV`` says (see :func:`divide`); ``min_p`` 0, ``k``
+    outside ``[1, V)`` and ``p`` 1 are "none".
+    """
+    no_min = tl.full((), float("-inf"), tl.float32)
+    row_max, row_min = row_stats(x_ptr, vocab, n_tiles, temp, no_min, DIV, BLOCK_V)
+    # min-p: vLLM's threshold on the tempered logits; min_p = 0 gives -inf (none).
+    # Dividing by a positive temperature keeps the order, so the smallest value left is
+    # the tempered minimum, or -inf if min-p masks it.
+    min_value = row_max + tl.log(min_p)
+    row_min = tl.where(row_min < min_value, float("-inf"), row_min)
+    threshold = keep_threshold(
+        x_ptr, vocab, n_tiles, temp, min_value, row_max, row_min, k, p,
+        DIV, HAS_K, HAS_P, BLOCK_V, PIVOTS,
+    )
+    return min_value, threshold

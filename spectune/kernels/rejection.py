@@ -44,9 +44,12 @@ import torch
 import triton
 import triton.language as tl
 
+from spectune.kernels import rejection_folded_space as _folded_space
+from spectune.kernels._folding import FoldedRows, fold_rows, load_folded
 from spectune.kernels._launch import launch_config
 from spectune.kernels._reductions import argmax_of_parts, chunk_max, split_row
 from spectune.kernels._tensors import INDEX_DTYPES, LOGITS_DTYPES, require_tensor
+from spectune.kernels._truncation import ROUNDED_DIV, divide, order_key
 from spectune.kernels.rejection_constants import (
     COIN_HIGH_SHIFT,
     COIN_LOW_SHIFT,
@@ -84,13 +87,34 @@ def _request_of_row(row, cu_ptr, batch, BLOCK_B: tl.constexpr):
 
 
 @triton.jit
-def _chunk_sum_fixed(x_ptr, lo, vocab, n_tiles, row_max, BLOCK_V: tl.constexpr, FRAC: tl.constexpr):
+def _row_fold(fold_temp_ptr, fold_min_ptr, fold_key_ptr, row, raw_max, FOLD: tl.constexpr):
+    """A random row's fold parameters (see :mod:`spectune.kernels._folding`) and the max
+    of its processed logits. Dividing by a positive temperature keeps the order and
+    neither min-p nor top-k/top-p drops the largest value, so that max is the raw max
+    divided by the temperature."""
+    temp = tl.full((), 1.0, tl.float32)
+    min_value = tl.full((), float("-inf"), tl.float32)
+    threshold = order_key(min_value)
+    row_max = raw_max
+    if FOLD:
+        temp = tl.load(fold_temp_ptr + row)
+        min_value = tl.load(fold_min_ptr + row)
+        threshold = tl.load(fold_key_ptr + row)
+        row_max = divide(raw_max, temp, FOLD)
+    return temp, min_value, threshold, row_max
+
+
+@triton.jit
+def _chunk_sum_fixed(
+    x_ptr, lo, vocab, n_tiles, row_max, temp, min_value, threshold,
+    BLOCK_V: tl.constexpr, FRAC: tl.constexpr, FOLD: tl.constexpr,
+):
     """Sum of exp(x - row_max) over a chunk, in fixed point with FRAC fractional bits."""
     offs = tl.arange(0, BLOCK_V)
     acc = tl.zeros((), tl.int64)
     for t in range(n_tiles):
         idx = lo + t * BLOCK_V + offs
-        x = tl.load(x_ptr + idx, mask=idx < vocab, other=float("-inf")).to(tl.float32)
+        x = load_folded(x_ptr + idx, idx < vocab, temp, min_value, threshold, FOLD)
         e = tl.exp(x - row_max)
         # e is in [0, 1]: e * 2**FRAC is exact in float64; +0.5 and truncation round it.
         fixed = (e.to(tl.float64) * (2.0**FRAC) + 0.5).to(tl.int64)
@@ -128,11 +152,12 @@ def _inv_exponential(seed, idx):
 @triton.jit
 def _accept_draft(
     x_ptr, dp_ptr, row, req, pos, draft, row_max, inv_den, u_ptr, seed_ptr, vocab,
-    HAS_DRAFT_PROBS: tl.constexpr, SEEDED: tl.constexpr,
+    temp, min_value, threshold,
+    HAS_DRAFT_PROBS: tl.constexpr, SEEDED: tl.constexpr, FOLD: tl.constexpr,
 ):
     """vLLM's acceptance test for one random row: draft >= 0, dp(d) > 0, p(d)/dp(d) >= u."""
     safe_d = tl.maximum(draft, 0)
-    x_d = tl.load(x_ptr + row * vocab + safe_d).to(tl.float32)
+    x_d = load_folded(x_ptr + row * vocab + safe_d, True, temp, min_value, threshold, FOLD)
     p_d = tl.exp(x_d - row_max) * inv_den
     if HAS_DRAFT_PROBS:
         dp_d = tl.load(dp_ptr + row * vocab + safe_d).to(tl.float32)
@@ -149,8 +174,9 @@ def _accept_draft(
 @triton.jit
 def _chunk_recover(
     x_ptr, dp_ptr, q_ptr, seed_ptr, row, req, draft, lo, vocab, n_tiles, row_max, inv_den,
+    temp, min_value, threshold,
     BLOCK_V: tl.constexpr, HAS_DRAFT_PROBS: tl.constexpr, SEEDED: tl.constexpr,
-    SCORE_DTYPE: tl.constexpr,
+    SCORE_DTYPE: tl.constexpr, FOLD: tl.constexpr,
 ):
     """Argmax over a chunk of residual(v) * inv_q(v); lowest index on ties."""
     offs = tl.arange(0, BLOCK_V)
@@ -161,8 +187,8 @@ def _chunk_recover(
     for t in range(n_tiles):
         idx = lo + t * BLOCK_V + offs
         in_vocab = idx < vocab
-        x = tl.load(x_ptr + row * vocab + idx, mask=in_vocab, other=float("-inf"))
-        p = tl.exp(x.to(tl.float32) - row_max) * inv_den
+        x = load_folded(x_ptr + row * vocab + idx, in_vocab, temp, min_value, threshold, FOLD)
+        p = tl.exp(x - row_max) * inv_den
         if HAS_DRAFT_PROBS:
             dp = tl.load(dp_ptr + row * vocab + idx, mask=in_vocab, other=0.0).to(tl.float32)
             residual = tl.maximum(p - dp, 0.0)
@@ -185,10 +211,11 @@ def _chunk_recover(
 def _fused_row_kernel(
     x_ptr, dp_ptr, draft_ptr, cu_ptr, greedy_ptr, u_ptr, q_ptr, seed_ptr,
     part_max_ptr, part_arg_ptr, part_score_ptr, part_idx_ptr, accept_ptr,
+    fold_temp_ptr, fold_min_ptr, fold_key_ptr,
     vocab, batch, n_tiles,
     BLOCK_V: tl.constexpr, BLOCK_B: tl.constexpr, FRAC: tl.constexpr,
     ALL_GREEDY: tl.constexpr, HAS_DRAFT_PROBS: tl.constexpr, SEEDED: tl.constexpr,
-    SCORE_DTYPE: tl.constexpr,
+    SCORE_DTYPE: tl.constexpr, FOLD: tl.constexpr,
 ):
     """SPLITS == 1: every pass over one draft row, in one program."""
     row = tl.program_id(0).to(tl.int64)
@@ -201,18 +228,25 @@ def _fused_row_kernel(
         req, start = _request_of_row(row, cu_ptr, batch, BLOCK_B)
         if not tl.load(greedy_ptr + req):
             draft = tl.load(draft_ptr + row).to(tl.int64)
-            sum_fixed = _chunk_sum_fixed(x_row, zero, vocab, n_tiles, row_max, BLOCK_V, FRAC)
+            temp, min_value, threshold, row_max = _row_fold(
+                fold_temp_ptr, fold_min_ptr, fold_key_ptr, row, row_max, FOLD
+            )
+            sum_fixed = _chunk_sum_fixed(
+                x_row, zero, vocab, n_tiles, row_max, temp, min_value, threshold,
+                BLOCK_V, FRAC, FOLD,
+            )
             inv_den = _inv_denominator(sum_fixed, FRAC)
             accepted = _accept_draft(
                 x_ptr, dp_ptr, row, req, row - start, draft, row_max, inv_den, u_ptr,
-                seed_ptr, vocab, HAS_DRAFT_PROBS, SEEDED,
+                seed_ptr, vocab, temp, min_value, threshold, HAS_DRAFT_PROBS, SEEDED, FOLD,
             )
             tl.store(accept_ptr + row, accepted.to(tl.int8))
             # The recovered token matters only where this row's draft is rejected.
             if not accepted:
                 score, idx = _chunk_recover(
                     x_ptr, dp_ptr, q_ptr, seed_ptr, row, req, draft, zero, vocab, n_tiles,
-                    row_max, inv_den, BLOCK_V, HAS_DRAFT_PROBS, SEEDED, SCORE_DTYPE,
+                    row_max, inv_den, temp, min_value, threshold,
+                    BLOCK_V, HAS_DRAFT_PROBS, SEEDED, SCORE_DTYPE, FOLD,
                 )
                 tl.store(part_score_ptr + row, score)
                 tl.store(part_idx_ptr + row, idx)
@@ -241,18 +275,25 @@ def _row_max_from_parts(part_max_ptr, row, SPLITS: tl.constexpr, BLOCK_S: tl.con
 
 @triton.jit
 def _split_sum_kernel(
-    x_ptr, cu_ptr, greedy_ptr, part_max_ptr, part_sum_ptr, vocab, batch, n_tiles, chunk,
+    x_ptr, cu_ptr, greedy_ptr, part_max_ptr, part_sum_ptr,
+    fold_temp_ptr, fold_min_ptr, fold_key_ptr, vocab, batch, n_tiles, chunk,
     SPLITS: tl.constexpr, BLOCK_S: tl.constexpr, BLOCK_V: tl.constexpr, BLOCK_B: tl.constexpr,
-    FRAC: tl.constexpr,
+    FRAC: tl.constexpr, FOLD: tl.constexpr,
 ):
     """SPLITS > 1, launch 2 (random rows): fixed-point softmax denominator of each chunk."""
     pid = tl.program_id(0).to(tl.int64)
     row = pid // SPLITS
     req, _ = _request_of_row(row, cu_ptr, batch, BLOCK_B)
     if not tl.load(greedy_ptr + req):
-        row_max = _row_max_from_parts(part_max_ptr, row, SPLITS, BLOCK_S)
+        temp, min_value, threshold, row_max = _row_fold(
+            fold_temp_ptr, fold_min_ptr, fold_key_ptr, row,
+            _row_max_from_parts(part_max_ptr, row, SPLITS, BLOCK_S), FOLD,
+        )
         lo = (pid % SPLITS) * chunk
-        acc = _chunk_sum_fixed(x_ptr + row * vocab, lo, vocab, n_tiles, row_max, BLOCK_V, FRAC)
+        acc = _chunk_sum_fixed(
+            x_ptr + row * vocab, lo, vocab, n_tiles, row_max, temp, min_value, threshold,
+            BLOCK_V, FRAC, FOLD,
+        )
         tl.store(part_sum_ptr + pid, acc)
 
 
@@ -260,10 +301,11 @@ def _split_sum_kernel(
 def _split_recover_kernel(
     x_ptr, dp_ptr, draft_ptr, cu_ptr, greedy_ptr, u_ptr, q_ptr, seed_ptr,
     part_max_ptr, part_sum_ptr, part_score_ptr, part_idx_ptr, accept_ptr,
+    fold_temp_ptr, fold_min_ptr, fold_key_ptr,
     vocab, batch, n_tiles, chunk,
     SPLITS: tl.constexpr, BLOCK_S: tl.constexpr, BLOCK_V: tl.constexpr, BLOCK_B: tl.constexpr,
     FRAC: tl.constexpr, HAS_DRAFT_PROBS: tl.constexpr, SEEDED: tl.constexpr,
-    SCORE_DTYPE: tl.constexpr,
+    SCORE_DTYPE: tl.constexpr, FOLD: tl.constexpr,
 ):
     """SPLITS > 1, launch 3 (random rows): acceptance, and recovered-token partials."""
     pid = tl.program_id(0).to(tl.int64)
@@ -271,7 +313,10 @@ def _split_recover_kernel(
     split = pid % SPLITS
     req, start = _request_of_row(row, cu_ptr, batch, BLOCK_B)
     if not tl.load(greedy_ptr + req):
-        row_max = _row_max_from_parts(part_max_ptr, row, SPLITS, BLOCK_S)
+        temp, min_value, threshold, row_max = _row_fold(
+            fold_temp_ptr, fold_min_ptr, fold_key_ptr, row,
+            _row_max_from_parts(part_max_ptr, row, SPLITS, BLOCK_S), FOLD,
+        )
         offs = tl.arange(0, BLOCK_S)
         sums = tl.load(part_sum_ptr + row * SPLITS + offs, mask=offs < SPLITS, other=0)
         sum_fixed = tl.sum(sums, axis=0)
@@ -279,14 +324,15 @@ def _split_recover_kernel(
         draft = tl.load(draft_ptr + row).to(tl.int64)
         accepted = _accept_draft(
             x_ptr, dp_ptr, row, req, row - start, draft, row_max, inv_den, u_ptr, seed_ptr,
-            vocab, HAS_DRAFT_PROBS, SEEDED,
+            vocab, temp, min_value, threshold, HAS_DRAFT_PROBS, SEEDED, FOLD,
         )
         if split == 0:
             tl.store(accept_ptr + row, accepted.to(tl.int8))
         if not accepted:
             score, idx = _chunk_recover(
                 x_ptr, dp_ptr, q_ptr, seed_ptr, row, req, draft, split * chunk, vocab, n_tiles,
-                row_max, inv_den, BLOCK_V, HAS_DRAFT_PROBS, SEEDED, SCORE_DTYPE,
+                row_max, inv_den, temp, min_value, threshold,
+                BLOCK_V, HAS_DRAFT_PROBS, SEEDED, SCORE_DTYPE, FOLD,
             )
             tl.store(part_score_ptr + pid, score)
             tl.store(part_idx_ptr + pid, idx)
@@ -350,6 +396,10 @@ def rejection_sample(
     uniform_probs: torch.Tensor | None = None,
     inv_q: torch.Tensor | None = None,
     seeds: torch.Tensor | None = None,
+    temperature: torch.Tensor | None = None,
+    top_k: torch.Tensor | None = None,
+    top_p: torch.Tensor | None = None,
+    min_p: torch.Tensor | None = None,
     config: Mapping[str, int] | None = None,
     validate: bool = True,
 ) -> torch.Tensor:
@@ -359,8 +409,9 @@ def rejection_sample(
         draft_token_ids: ``[N]`` int32/int64 drafts of all requests, concatenated;
             ``-1`` marks a padded draft, which is always rejected.
         cu_num_draft_tokens: ``[B]`` int32/int64 inclusive cumulative draft counts.
-        target_logits: ``[N, V]`` float32/bfloat16/float16 target logits, temperature,
-            top-k and top-p already applied.
+        target_logits: ``[N, V]`` float32/bfloat16/float16 target logits: with
+            temperature, top-k and top-p already applied, or raw when they are passed
+            (``temperature``, ``top_k``, ``top_p``, ``min_p``) to be applied inside.
         bonus_token_ids: ``[B]`` or ``[B, 1]`` int32/int64, emitted when every draft of
             a request is accepted.
         max_spec_len: Most drafts any request has; the output has ``max_spec_len + 1``
@@ -372,10 +423,19 @@ def rejection_sample(
         inv_q: ``[B, V]`` float32/float64 reciprocals of Exp(1) draws (random requests).
         seeds: ``[B]`` int64; instead of ``uniform_probs``/``inv_q`` the kernels draw
             their own (Philox), the same for a seed on any configuration.
+        temperature: ``[B]`` float32 per request, positive for random requests (greedy
+            ones ignore theirs): folded into the verification, which then reads raw
+            logits, as ``logits / temperature`` (vLLM's ``apply_sampling_constraints``).
+        top_k: ``[B]`` int32/int64 per request, folded: ``V`` or more (or below 1) keeps
+            the row.
+        top_p: ``[B]`` float32 per request in ``(0, 1]``, folded; 1 keeps the row.
+        min_p: ``[B]`` float32 per request in ``[0, 1]``, folded (after temperature,
+            before top-k, as Model Runner V2's sampler); 0 keeps the row.
         config: Launch configuration (see
-            :func:`~spectune.kernels.rejection_space.search_space`); ``None`` uses the
-            default config of the launch's problem
-            (:func:`~spectune.kernels.rejection_space.default_config`).
+            :func:`~spectune.kernels.rejection_space.search_space`, and
+            :func:`~spectune.kernels.rejection_folded_space.search_space` when sampling
+            parameters are folded); ``None`` uses the default config of the launch's
+            problem.
         validate: Check values that need the tensors' contents (monotonic
             ``cu_num_draft_tokens``, draft counts) as well as shapes and dtypes. Callers
             that guarantee them (the vLLM hook) pass ``False`` to avoid a device sync.
@@ -390,13 +450,16 @@ def rejection_sample(
     args = _check_inputs(
         draft_token_ids, cu_num_draft_tokens, target_logits, bonus_token_ids,
         max_spec_len=max_spec_len, draft_probs=draft_probs, is_greedy=is_greedy,
-        uniform_probs=uniform_probs, inv_q=inv_q, seeds=seeds, validate=validate,
+        uniform_probs=uniform_probs, inv_q=inv_q, seeds=seeds, temperature=temperature,
+        top_k=top_k, top_p=top_p, min_p=min_p, validate=validate,
     )
     n_rows, vocab = target_logits.shape
     batch = cu_num_draft_tokens.shape[0]
+    space = _folded_space if args.fold is not None else None
     config, launch_opts = launch_config(
-        config, target_logits.device, search_space=search_space,
-        default_config=default_config,
+        config, target_logits.device,
+        search_space=search_space if space is None else space.search_space,
+        default_config=default_config if space is None else space.default_config,
         problem=lambda: problem_for(
             max_spec_len=max_spec_len, batch=batch, vocab=vocab, dtype=target_logits.dtype,
             draft_probs=draft_probs is not None,
@@ -419,6 +482,29 @@ class _Args:
     uniform_probs: torch.Tensor | None
     inv_q: torch.Tensor | None
     seeds: torch.Tensor | None
+    fold: _Fold | None = None
+
+
+@dataclass
+class _Fold:
+    """Per-request sampling parameters to fold (greedy requests at temperature 0)."""
+
+    temperature: torch.Tensor
+    top_k: torch.Tensor | None
+    top_p: torch.Tensor | None
+    min_p: torch.Tensor | None
+
+
+def _fold_rows(args: _Args, fold: _Fold, n_rows: int, config: Mapping[str, int],
+               launch_opts: dict[str, Any]) -> FoldedRows:
+    """The pre-pass: each row's fold parameters, from its request's."""
+    # The request of each row, on the device (no sync): rows before cu[i] belong to i.
+    rows = torch.arange(n_rows, device=args.cu.device, dtype=args.cu.dtype)
+    row_request = torch.searchsorted(args.cu, rows, right=True)
+    return fold_rows(
+        args.logits, row_request, fold.temperature, min_p=fold.min_p, top_k=fold.top_k,
+        top_p=fold.top_p, div=ROUNDED_DIV.value, config=config, launch_opts=launch_opts,
+    )
 
 
 def _launch(
@@ -454,12 +540,21 @@ def _launch(
     tl_score = tl.float64 if score_dtype == torch.float64 else tl.float32
     block_b = triton.next_power_of_2(batch)
     block_s = triton.next_power_of_2(splits)
-    flags = {"HAS_DRAFT_PROBS": args.draft_probs is not None, "SEEDED": seeded}
+    # Folded rows are divided as vLLM V1 divides them: PyTorch's correctly rounded
+    # quotient (0: not folded).
+    fold = ROUNDED_DIV.value if args.fold is not None and not all_greedy and n_rows > 0 else 0
+    flags = {"HAS_DRAFT_PROBS": args.draft_probs is not None, "SEEDED": seeded, "FOLD": fold}
+    if fold:
+        assert args.fold is not None
+        folded = _fold_rows(args, args.fold, n_rows, config, launch_opts)
+        fold_ptrs = (folded.temp, folded.min_value, folded.threshold)
+    else:
+        fold_ptrs = (part_max, part_max, part_arg)  # never read (FOLD is a constexpr)
 
     if n_rows > 0 and splits == 1:
         _fused_row_kernel[(n_rows,)](
             args.logits, dp, args.draft, args.cu, greedy, u, q, seeds,
-            part_max, part_arg, part_score, part_idx, accept,
+            part_max, part_arg, part_score, part_idx, accept, *fold_ptrs,
             vocab, batch, tiles_per_split,  # one split: it holds every tile
             BLOCK_V=block_v, BLOCK_B=block_b, FRAC=FIXED_POINT_BITS,
             ALL_GREEDY=all_greedy, SCORE_DTYPE=tl_score, **flags, **launch_opts,
@@ -473,14 +568,14 @@ def _launch(
         if not all_greedy:
             part_sum = torch.empty(parts, dtype=torch.int64, device=device)
             _split_sum_kernel[grid](
-                args.logits, args.cu, greedy, part_max, part_sum, vocab, batch,
+                args.logits, args.cu, greedy, part_max, part_sum, *fold_ptrs, vocab, batch,
                 tiles_per_split, chunk,
                 SPLITS=splits, BLOCK_S=block_s, BLOCK_V=block_v, BLOCK_B=block_b,
-                FRAC=FIXED_POINT_BITS, **launch_opts,
+                FRAC=FIXED_POINT_BITS, FOLD=fold, **launch_opts,
             )
             _split_recover_kernel[grid](
                 args.logits, dp, args.draft, args.cu, greedy, u, q, seeds,
-                part_max, part_sum, part_score, part_idx, accept,
+                part_max, part_sum, part_score, part_idx, accept, *fold_ptrs,
                 vocab, batch, tiles_per_split, chunk,
                 SPLITS=splits, BLOCK_S=block_s, BLOCK_V=block_v, BLOCK_B=block_b,
                 FRAC=FIXED_POINT_BITS, SCORE_DTYPE=tl_score, **flags, **launch_opts,
@@ -512,6 +607,10 @@ def _check_inputs(
     uniform_probs: torch.Tensor | None,
     inv_q: torch.Tensor | None,
     seeds: torch.Tensor | None,
+    temperature: torch.Tensor | None,
+    top_k: torch.Tensor | None,
+    top_p: torch.Tensor | None,
+    min_p: torch.Tensor | None,
     validate: bool,
 ) -> _Args:
     require_tensor("target_logits", target_logits, ndim=2, dtypes=LOGITS_DTYPES)
@@ -580,6 +679,8 @@ def _check_inputs(
             raise ValueError(f"draft_token_ids must be < vocab size {vocab} (or -1 for padding)")
     elif batch == 0 and n_rows != 0:
         raise ValueError("cu_num_draft_tokens is empty but draft_token_ids is not")
+    fold = _check_fold(temperature, top_k, top_p, min_p, is_greedy, batch=batch, on=on,
+                       validate=validate)
     return _Args(
         draft=draft_token_ids,
         cu=cu_num_draft_tokens,
@@ -590,6 +691,45 @@ def _check_inputs(
         uniform_probs=uniform_probs if is_greedy is not None and seeds is None else None,
         inv_q=inv_q if is_greedy is not None and seeds is None else None,
         seeds=seeds if is_greedy is not None else None,
+        fold=fold,
     )
+
+
+def _check_fold(
+    temperature: torch.Tensor | None,
+    top_k: torch.Tensor | None,
+    top_p: torch.Tensor | None,
+    min_p: torch.Tensor | None,
+    is_greedy: torch.Tensor | None,
+    *,
+    batch: int,
+    on: tuple[str, torch.device],
+    validate: bool,
+) -> _Fold | None:
+    """The sampling parameters to fold, checked; ``None`` when none are given."""
+    if temperature is None and top_k is None and top_p is None and min_p is None:
+        return None
+    for name, value, dtypes in (("temperature", temperature, (torch.float32,)),
+                                ("top_k", top_k, INDEX_DTYPES),
+                                ("top_p", top_p, (torch.float32,)),
+                                ("min_p", min_p, (torch.float32,))):
+        if value is not None:
+            require_tensor(name, value, ndim=1, dtypes=dtypes, same_device_as=on,
+                           shape=(batch,))
+    if temperature is None:
+        temperature = torch.ones(batch, dtype=torch.float32, device=on[1])
+    if validate and batch > 0:
+        random = ~is_greedy.cpu() if is_greedy is not None else torch.zeros(batch, dtype=torch.bool)
+        temps = temperature.cpu()[random]
+        if not bool(torch.isfinite(temps).all()) or bool((temps <= 0).any()):
+            raise ValueError("temperature must be finite and positive for random requests")
+        if top_p is not None and not bool(((top_p > 0) & (top_p <= 1)).all()):
+            raise ValueError("top_p must be in (0, 1]")
+        if min_p is not None and not bool(((min_p >= 0) & (min_p <= 1)).all()):
+            raise ValueError("min_p must be in [0, 1]")
+    if is_greedy is not None:
+        # Greedy requests are not folded (the pre-pass skips temperature 0).
+        temperature = torch.where(is_greedy, 0.0, temperature)
+    return _Fold(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p)
 
 

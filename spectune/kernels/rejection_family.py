@@ -10,7 +10,15 @@ from collections.abc import Mapping
 
 import torch
 
-from spectune.kernels import _launch, _reductions, rejection, rejection_constants, rejection_space
+from spectune.kernels import (
+    _folding,
+    _launch,
+    _reductions,
+    _truncation,
+    rejection,
+    rejection_constants,
+    rejection_space,
+)
 from spectune.kernels._family import SpaceFamily
 from spectune.kernels.rejection import rejection_sample
 from spectune.kernels.rejection_inputs import RejectionInputs, make_inputs
@@ -38,7 +46,7 @@ class RejectionSampleFamily(SpaceFamily):
     """
 
     name = "rejection_sample"
-    source_modules = (rejection, rejection_constants, _reductions, _launch)
+    source_modules = (rejection, rejection_constants, _reductions, _launch, _folding, _truncation)
     space = rejection_space
 
     def problem_of(self, inputs: RejectionInputs) -> Problem:

@@ -58,6 +58,10 @@ class RejectionInputs:
     uniform_probs: torch.Tensor | None = None
     inv_q: torch.Tensor | None = None
     seeds: torch.Tensor | None = None
+    temperature: torch.Tensor | None = None
+    top_k: torch.Tensor | None = None
+    top_p: torch.Tensor | None = None
+    min_p: torch.Tensor | None = None
 
     def kwargs(self) -> dict[str, Any]:
         """The launcher's keyword arguments."""
@@ -68,7 +72,15 @@ class RejectionInputs:
             "uniform_probs": self.uniform_probs,
             "inv_q": self.inv_q,
             "seeds": self.seeds,
+            **self.sampling_kwargs(),
         }
+
+    def sampling_kwargs(self) -> dict[str, torch.Tensor]:
+        """The sampling parameters to fold (only those given: none for plain
+        verification, whose PyTorch reference takes none)."""
+        given = {"temperature": self.temperature, "top_k": self.top_k, "top_p": self.top_p,
+                 "min_p": self.min_p}
+        return {name: value for name, value in given.items() if value is not None}
 
     def args(self) -> tuple[torch.Tensor, ...]:
         """The launcher's positional arguments."""

@@ -53,10 +53,13 @@ import torch
 import triton
 import triton.language as tl
 
+from spectune.kernels import rejection_mrv2_folded_space as _folded_space
 from spectune.kernels._counter_rng import coin, gumbel_noise
+from spectune.kernels._folding import fold, fold_rows, load_folded
 from spectune.kernels._launch import launch_config
 from spectune.kernels._reductions import argmax_of_parts, chunk_max, split_row
 from spectune.kernels._tensors import INDEX_DTYPES, LOGITS_DTYPES, require_tensor
+from spectune.kernels._truncation import TRITON_DIV, order_key
 from spectune.kernels.rejection_constants import FIXED_POINT_BITS, MAX_VOCAB
 from spectune.kernels.rejection_mrv2_constants import GROUP, PLACEHOLDER_TOKEN_ID
 from spectune.kernels.rejection_mrv2_space import default_config, problem_for, search_space
@@ -86,17 +89,22 @@ def _group_stats(x, BLOCK: tl.constexpr, FRAC: tl.constexpr):
 
 @triton.jit
 def _chunk_group_stats(
-    x_ptr, gmax_ptr, gsum_ptr, lo, vocab, n_tiles, n_groups, temp,
-    BLOCK_V: tl.constexpr, FRAC: tl.constexpr,
+    x_ptr, gmax_ptr, gsum_ptr, lo, vocab, n_tiles, n_groups, temp, min_value, threshold,
+    BLOCK_V: tl.constexpr, FRAC: tl.constexpr, FOLD: tl.constexpr,
 ):
-    """Group statistics of x[lo : lo + n_tiles * BLOCK_V] / temp, stored per group."""
+    """Group statistics of x[lo : lo + n_tiles * BLOCK_V] / temp (folded with ``FOLD``:
+    min-p and top-k/top-p masks too), stored per group."""
     offs = tl.arange(0, BLOCK_V)
     groups = tl.arange(0, BLOCK_V // GROUP)
     for t in range(n_tiles):
         start = lo + t * BLOCK_V
         idx = start + offs
         x = tl.load(x_ptr + idx, mask=idx < vocab, other=float("-inf")).to(tl.float32)
-        gmax, gsum = _group_stats(x / temp, BLOCK_V, FRAC)
+        if FOLD:
+            x = fold(x, temp, min_value, threshold, FOLD)
+        else:
+            x = x / temp
+        gmax, gsum = _group_stats(x, BLOCK_V, FRAC)
         g = start // GROUP + groups
         tl.store(gmax_ptr + g, gmax, mask=g < n_groups)
         tl.store(gsum_ptr + g, gsum, mask=g < n_groups)
@@ -132,6 +140,20 @@ def _log1m(r):
 
 
 @triton.jit
+def _row_fold(fold_temp_ptr, fold_min_ptr, fold_key_ptr, row, FOLD: tl.constexpr):
+    """A random row's fold parameters (see :mod:`spectune.kernels._folding`); unfolded,
+    the values that leave a logit as it is."""
+    temp = tl.full((), 1.0, tl.float32)
+    min_value = tl.full((), float("-inf"), tl.float32)
+    threshold = order_key(min_value)
+    if FOLD:
+        temp = tl.load(fold_temp_ptr + row)
+        min_value = tl.load(fold_min_ptr + row)
+        threshold = tl.load(fold_key_ptr + row)
+    return temp, min_value, threshold
+
+
+@triton.jit
 def _row_of_program(pid, cu_ptr, SPLITS: tl.constexpr, STEPS: tl.constexpr):
     """(request, step, split, first row, drafts) of a program; step > drafts: no row."""
     split = pid % SPLITS
@@ -147,9 +169,10 @@ def _row_of_program(pid, cu_ptr, SPLITS: tl.constexpr, STEPS: tl.constexpr):
 def _stats_kernel(
     t_ptr, t_stride, d_ptr, d_stride0, d_stride1, drafts_ptr, cu_ptr, idx_map_ptr, temp_ptr,
     part_max_ptr, part_arg_ptr, t_gmax_ptr, t_gsum_ptr, d_gmax_ptr, d_gsum_ptr,
+    fold_temp_ptr, fold_min_ptr, fold_key_ptr,
     vocab, n_groups, n_tiles, chunk,
     STEPS: tl.constexpr, SPLITS: tl.constexpr, BLOCK_V: tl.constexpr, FRAC: tl.constexpr,
-    HAS_DRAFT_LOGITS: tl.constexpr,
+    HAS_DRAFT_LOGITS: tl.constexpr, FOLD: tl.constexpr,
 ):
     """Launch 1: target max/argmax of greedy rows; group statistics of random draft rows."""
     pid = tl.program_id(0).to(tl.int64)
@@ -165,25 +188,30 @@ def _stats_kernel(
             tl.store(part_arg_ptr + row * SPLITS + split, best_idx)
         elif step < n_drafts:  # noqa: SIM102 (`and` would read past a bonus row's drafts)
             if tl.load(drafts_ptr + row + 1) >= 0:
+                f_temp, f_min, f_key = _row_fold(
+                    fold_temp_ptr, fold_min_ptr, fold_key_ptr, row, FOLD
+                )
                 _chunk_group_stats(
                     t_ptr + row * t_stride, t_gmax_ptr + row * n_groups,
-                    t_gsum_ptr + row * n_groups, lo, vocab, n_tiles, n_groups, 1.0,
-                    BLOCK_V, FRAC,
+                    t_gsum_ptr + row * n_groups, lo, vocab, n_tiles, n_groups, f_temp, f_min,
+                    f_key, BLOCK_V, FRAC, FOLD,
                 )
                 if HAS_DRAFT_LOGITS:
                     # Draft logits are stored before temperature: divide as vLLM does.
                     _chunk_group_stats(
                         d_ptr + state * d_stride0 + step * d_stride1,
                         d_gmax_ptr + row * n_groups, d_gsum_ptr + row * n_groups,
-                        lo, vocab, n_tiles, n_groups, temp, BLOCK_V, FRAC,
+                        lo, vocab, n_tiles, n_groups, temp, 0.0, 0, BLOCK_V, FRAC, False,
                     )
 
 
 @triton.jit
 def _accepts(
     t_ptr, t_stride, d_ptr, d_stride0, d_stride1, t_gmax_ptr, t_gsum_ptr, d_gmax_ptr,
-    d_gsum_ptr, row, step, draft, state, temp, seed, pos, n_groups,
+    d_gsum_ptr, fold_temp_ptr, fold_min_ptr, fold_key_ptr, row, step, draft, state, temp,
+    seed, pos, n_groups,
     BLOCK_G: tl.constexpr, FRAC: tl.constexpr, HAS_DRAFT_LOGITS: tl.constexpr,
+    FOLD: tl.constexpr,
 ):
     """vLLM's test of a random row's (valid) draft: log p(d) > log u + log q(d).
 
@@ -192,7 +220,9 @@ def _accepts(
     t_lse = _log_normaliser(
         t_gmax_ptr + row * n_groups, t_gsum_ptr + row * n_groups, n_groups, BLOCK_G, FRAC
     )
-    t_logp = tl.load(t_ptr + row * t_stride + draft).to(tl.float32) - t_lse
+    f_temp, f_min, f_key = _row_fold(fold_temp_ptr, fold_min_ptr, fold_key_ptr, row, FOLD)
+    t_logp = load_folded(t_ptr + row * t_stride + draft, True, f_temp, f_min, f_key, FOLD)
+    t_logp = t_logp - t_lse
     d_lse = tl.zeros((), tl.float32)
     d_logp = tl.zeros((), tl.float32)
     if HAS_DRAFT_LOGITS:
@@ -208,10 +238,11 @@ def _accepts(
 def _decide_kernel(
     t_ptr, t_stride, d_ptr, d_stride0, d_stride1, drafts_ptr, cu_ptr, idx_map_ptr, temp_ptr,
     seed_ptr, pos_ptr, t_gmax_ptr, t_gsum_ptr, d_gmax_ptr, d_gsum_ptr,
-    accept_ptr, part_score_ptr, part_idx_ptr,
+    accept_ptr, part_score_ptr, part_idx_ptr, fold_temp_ptr, fold_min_ptr, fold_key_ptr,
     vocab, n_groups, n_tiles, chunk,
     STEPS: tl.constexpr, SPLITS: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_G: tl.constexpr,
     FRAC: tl.constexpr, HAS_DRAFT_LOGITS: tl.constexpr, USE_FP64: tl.constexpr,
+    FOLD: tl.constexpr,
 ):
     """Launch 2 (random rows): acceptance, and the Gumbel-max argmax where it is needed."""
     pid = tl.program_id(0).to(tl.int64)
@@ -238,9 +269,10 @@ def _decide_kernel(
                     if reached:
                         reached, _, _ = _accepts(
                             t_ptr, t_stride, d_ptr, d_stride0, d_stride1, t_gmax_ptr,
-                            t_gsum_ptr, d_gmax_ptr, d_gsum_ptr, start + j, j, earlier, state,
-                            temp, seed, tl.load(pos_ptr + start + j), n_groups,
-                            BLOCK_G, FRAC, HAS_DRAFT_LOGITS,
+                            t_gsum_ptr, d_gmax_ptr, d_gsum_ptr, fold_temp_ptr, fold_min_ptr,
+                            fold_key_ptr, start + j, j, earlier, state, temp, seed,
+                            tl.load(pos_ptr + start + j), n_groups,
+                            BLOCK_G, FRAC, HAS_DRAFT_LOGITS, FOLD,
                         )
             # A bonus row, or a placeholder that ends the chain: sample from p itself.
             plain = draft < 0
@@ -250,12 +282,16 @@ def _decide_kernel(
             if reached and not plain:
                 accepted, t_lse, d_lse = _accepts(
                     t_ptr, t_stride, d_ptr, d_stride0, d_stride1, t_gmax_ptr, t_gsum_ptr,
-                    d_gmax_ptr, d_gsum_ptr, row, step, draft, state, temp, seed, pos,
-                    n_groups, BLOCK_G, FRAC, HAS_DRAFT_LOGITS,
+                    d_gmax_ptr, d_gsum_ptr, fold_temp_ptr, fold_min_ptr, fold_key_ptr, row,
+                    step, draft, state, temp, seed, pos, n_groups, BLOCK_G, FRAC,
+                    HAS_DRAFT_LOGITS, FOLD,
                 )
                 if split == 0:
                     tl.store(accept_ptr + row, accepted.to(tl.int8))
             if reached and not accepted:
+                f_temp, f_min, f_key = _row_fold(
+                    fold_temp_ptr, fold_min_ptr, fold_key_ptr, row, FOLD
+                )
                 offs = tl.arange(0, BLOCK_R)
                 lo = split * chunk
                 best = tl.full((), float("-inf"), tl.float64 if USE_FP64 else tl.float32)
@@ -263,9 +299,9 @@ def _decide_kernel(
                 for t in range(n_tiles):
                     idx = lo + t * BLOCK_R + offs
                     in_vocab = idx < vocab
-                    x = tl.load(
-                        t_ptr + row * t_stride + idx, mask=in_vocab, other=float("-inf")
-                    ).to(tl.float32)
+                    x = load_folded(
+                        t_ptr + row * t_stride + idx, in_vocab, f_temp, f_min, f_key, FOLD
+                    )
                     if HAS_DRAFT_LOGITS:
                         # A bonus row reads the last step's draft logits and ignores them.
                         d_step = tl.minimum(step, STEPS - 1)
@@ -364,6 +400,10 @@ def rejection_sample_mrv2(
     num_speculative_steps: int,
     use_fp64: bool = False,
     *,
+    apply_sampling_params: bool = False,
+    min_p: torch.Tensor | None = None,
+    top_k: torch.Tensor | None = None,
+    top_p: torch.Tensor | None = None,
     config: Mapping[str, int] | None = None,
     validate: bool = True,
 ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -374,7 +414,8 @@ def rejection_sample_mrv2(
 
     Args:
         target_logits: ``[num_logits, V]`` float32/bfloat16/float16, sampling parameters
-            already applied; rows may be strided (last dim contiguous). Request ``i``
+            already applied, or raw with ``apply_sampling_params``; rows may be strided
+            (last dim contiguous). Request ``i``
             owns rows ``cu_num_logits[i]:cu_num_logits[i + 1]``: its drafts' rows, then
             its bonus row.
         draft_logits: ``[max_num_reqs, k, V']`` drafter logits before temperature,
@@ -392,9 +433,21 @@ def rejection_sample_mrv2(
         seed: ``[max_num_reqs]`` int64 per-request seeds.
         num_speculative_steps: ``k``, the most drafts a request has.
         use_fp64: Gumbel-max in float64 (vLLM's ``use_fp64_gumbel``).
+        apply_sampling_params: Fold the sampling parameters into the verification: the
+            target logits are raw, and each value read is processed as vLLM's
+            ``Sampler.apply_sampling_params`` would (temperature, then ``min_p``, then
+            ``top_k``/``top_p``), without writing the processed rows.
+        min_p: ``[max_num_reqs]`` float32 per request state in ``[0, 1]`` (0: none);
+            only with ``apply_sampling_params``.
+        top_k: ``[max_num_reqs]`` int32/int64 (``V`` or more, or below 1: none); only
+            with ``apply_sampling_params``.
+        top_p: ``[max_num_reqs]`` float32 in ``(0, 1]`` (1: none); only with
+            ``apply_sampling_params``.
         config: Launch configuration (see
-            :func:`~spectune.kernels.rejection_mrv2_space.search_space`); ``None`` uses the
-            default config of the launch's problem.
+            :func:`~spectune.kernels.rejection_mrv2_space.search_space`, and
+            :func:`~spectune.kernels.rejection_mrv2_folded_space.search_space` with
+            ``apply_sampling_params``); ``None`` uses the default config of the launch's
+            problem.
         validate: Also check what needs the tensors' contents (row offsets, mappings,
             draft ids); callers that guarantee them (the vLLM router) pass ``False``: no
             device sync then.
@@ -409,13 +462,17 @@ def rejection_sample_mrv2(
     args = _check_inputs(
         target_logits, draft_logits, draft_sampled, cu_num_logits, pos, idx_mapping,
         expanded_idx_mapping, expanded_local_pos, temperature, seed,
-        num_speculative_steps=num_speculative_steps, use_fp64=use_fp64, validate=validate,
+        num_speculative_steps=num_speculative_steps, use_fp64=use_fp64,
+        apply_sampling_params=apply_sampling_params, min_p=min_p, top_k=top_k, top_p=top_p,
+        validate=validate,
     )
     num_reqs = cu_num_logits.shape[0] - 1
     vocab = target_logits.shape[1]
+    space = _folded_space if args.fold is not None else None
     config, launch_opts = launch_config(
-        config, target_logits.device, search_space=search_space,
-        default_config=default_config,
+        config, target_logits.device,
+        search_space=search_space if space is None else space.search_space,
+        default_config=default_config if space is None else space.default_config,
         problem=lambda: problem_for(
             num_speculative_steps=num_speculative_steps, num_reqs=num_reqs, vocab=vocab,
             dtype=target_logits.dtype, draft_logits=draft_logits is not None,
@@ -437,6 +494,17 @@ class _Args:
     seed: torch.Tensor
     steps: int
     use_fp64: bool
+    expanded_idx_mapping: torch.Tensor | None = None
+    fold: _Fold | None = None
+
+
+@dataclass
+class _Fold:
+    """Per-request-state sampling parameters to fold (the temperature is ``_Args``')."""
+
+    min_p: torch.Tensor | None
+    top_k: torch.Tensor | None
+    top_p: torch.Tensor | None
 
 
 def _launch(
@@ -477,24 +545,37 @@ def _launch(
         # Never read (HAS_DRAFT_LOGITS is a constexpr); any pointer stands in.
         d_gmax, d_gsum, draft, d_stride0, d_stride1 = t_gmax, t_gsum, args.target, 0, 0
 
+    # Folded rows are divided as vLLM's Triton temperature kernel divides (0: not folded).
+    fold = TRITON_DIV.value if args.fold is not None and rows > 0 else 0
+    if fold:
+        assert args.fold is not None and args.expanded_idx_mapping is not None
+        folded = fold_rows(
+            args.target, args.expanded_idx_mapping, args.temperature, min_p=args.fold.min_p,
+            top_k=args.fold.top_k, top_p=args.fold.top_p, div=TRITON_DIV.value,
+            config=config, launch_opts=launch_opts,
+        )
+        fold_ptrs: tuple[torch.Tensor, ...] = (folded.temp, folded.min_value, folded.threshold)
+    else:
+        fold_ptrs = (part_max, part_max, part_arg)  # never read (FOLD is a constexpr)
+
     common = (
         args.target, args.target.stride(0), draft, d_stride0, d_stride1, args.drafts, args.cu,
         args.idx_mapping, args.temperature,
     )
     slots = num_reqs * (steps + 1)
     _stats_kernel[(slots * splits_v,)](
-        *common, part_max, part_arg, t_gmax, t_gsum, d_gmax, d_gsum,
+        *common, part_max, part_arg, t_gmax, t_gsum, d_gmax, d_gsum, *fold_ptrs,
         vocab, n_groups, tiles_v, chunk_v,
         STEPS=steps, SPLITS=splits_v, BLOCK_V=block_v, FRAC=FIXED_POINT_BITS,
-        HAS_DRAFT_LOGITS=has_draft, **launch_opts,
+        HAS_DRAFT_LOGITS=has_draft, FOLD=fold, **launch_opts,
     )
     _decide_kernel[(slots * splits_r,)](
         *common, args.seed, args.pos, t_gmax, t_gsum, d_gmax, d_gsum,
-        accept, part_score, part_idx,
+        accept, part_score, part_idx, *fold_ptrs,
         vocab, n_groups, tiles_r, chunk_r,
         STEPS=steps, SPLITS=splits_r, BLOCK_R=block_r,
         BLOCK_G=triton.next_power_of_2(n_groups), FRAC=FIXED_POINT_BITS,
-        HAS_DRAFT_LOGITS=has_draft, USE_FP64=args.use_fp64, **launch_opts,
+        HAS_DRAFT_LOGITS=has_draft, USE_FP64=args.use_fp64, FOLD=fold, **launch_opts,
     )
     _chain_kernel[(num_reqs,)](
         sampled, num_sampled, args.drafts, args.cu, args.idx_mapping, args.temperature,
@@ -525,6 +606,10 @@ def _check_inputs(
     *,
     num_speculative_steps: int,
     use_fp64: bool,
+    apply_sampling_params: bool,
+    min_p: torch.Tensor | None,
+    top_k: torch.Tensor | None,
+    top_p: torch.Tensor | None,
     validate: bool,
 ) -> _Args:
     require_tensor("target_logits", target_logits, ndim=2, dtypes=LOGITS_DTYPES, rows=True)
@@ -570,6 +655,8 @@ def _check_inputs(
                 f"draft_logits: vocab size {draft_logits.shape[2]} is narrower than the "
                 f"target's {vocab} (not supported)"
             )
+    fold = _check_fold(apply_sampling_params, min_p, top_k, top_p, temperature, on=on,
+                       validate=validate)
     if validate and num_reqs > 0:
         _check_contents(
             cu_num_logits, draft_sampled, pos, idx_mapping, expanded_idx_mapping,
@@ -579,8 +666,41 @@ def _check_inputs(
     return _Args(
         target=target_logits, draft=draft_logits, drafts=draft_sampled, cu=cu_num_logits,
         pos=pos, idx_mapping=idx_mapping, temperature=temperature, seed=seed, steps=steps,
-        use_fp64=use_fp64,
+        use_fp64=use_fp64, expanded_idx_mapping=expanded_idx_mapping, fold=fold,
     )
+
+
+def _check_fold(
+    apply_sampling_params: bool,
+    min_p: torch.Tensor | None,
+    top_k: torch.Tensor | None,
+    top_p: torch.Tensor | None,
+    temperature: torch.Tensor,
+    *,
+    on: tuple[str, torch.device],
+    validate: bool,
+) -> _Fold | None:
+    """The sampling parameters to fold, checked; ``None`` when not folding."""
+    if not isinstance(apply_sampling_params, bool):
+        raise ValueError(f"apply_sampling_params must be a bool, got {apply_sampling_params!r}")
+    given = [name for name, value in (("min_p", min_p), ("top_k", top_k), ("top_p", top_p))
+             if value is not None]
+    if not apply_sampling_params:
+        if given:
+            raise ValueError(f"{', '.join(given)}: only with apply_sampling_params=True")
+        return None
+    states = tuple(temperature.shape)
+    for name, value, dtypes in (("min_p", min_p, (torch.float32,)),
+                                ("top_k", top_k, INDEX_DTYPES),
+                                ("top_p", top_p, (torch.float32,))):
+        if value is not None:
+            require_tensor(name, value, ndim=1, dtypes=dtypes, same_device_as=on, shape=states)
+    if validate:
+        if min_p is not None and not bool(((min_p >= 0) & (min_p <= 1)).all()):
+            raise ValueError("min_p must be in [0, 1]")
+        if top_p is not None and not bool(((top_p > 0) & (top_p <= 1)).all()):
+            raise ValueError("top_p must be in (0, 1]")
+    return _Fold(min_p=min_p, top_k=top_k, top_p=top_p)
 
 
 def _check_contents(

@@ -12,8 +12,10 @@ import torch
 
 from spectune.kernels import (
     _counter_rng,
+    _folding,
     _launch,
     _reductions,
+    _truncation,
     rejection_constants,
     rejection_mrv2,
     rejection_mrv2_constants,
@@ -49,8 +51,9 @@ class RejectionSampleMrv2Family(SpaceFamily):
 
     name = "rejection_sample_mrv2"
     source_modules = (
-        rejection_mrv2, rejection_mrv2_constants, _counter_rng, rejection_constants, _reductions
-    , _launch)
+        rejection_mrv2, rejection_mrv2_constants, _counter_rng, rejection_constants,
+        _reductions, _launch, _folding, _truncation,
+    )
     space = rejection_mrv2_space
 
     def problem_of(self, inputs: Mrv2Inputs) -> Problem:
@@ -73,7 +76,9 @@ class RejectionSampleMrv2Family(SpaceFamily):
         self, inputs: Mrv2Inputs, config: Mapping[str, int]
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """The kernels with ``config``, without the checks that read tensor contents."""
-        return rejection_sample_mrv2(*inputs.args(), config=config, validate=False)
+        return rejection_sample_mrv2(
+            *inputs.args(), **inputs.kwargs(), config=config, validate=False
+        )
 
     def reference(self, inputs: Mrv2Inputs) -> Mrv2Reference:
         """The PyTorch reference's tokens and near-ties for ``inputs``."""

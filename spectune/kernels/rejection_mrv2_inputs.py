@@ -8,6 +8,7 @@ problem. Not part of the family's source hash.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -44,6 +45,19 @@ class Mrv2Inputs:
     seed: torch.Tensor
     num_speculative_steps: int
     use_fp64: bool = False
+    apply_sampling_params: bool = False
+    min_p: torch.Tensor | None = None
+    top_k: torch.Tensor | None = None
+    top_p: torch.Tensor | None = None
+
+    def kwargs(self) -> dict[str, Any]:
+        """The launcher's keyword arguments (the folded sampling parameters)."""
+        return {
+            "apply_sampling_params": self.apply_sampling_params,
+            "min_p": self.min_p,
+            "top_k": self.top_k,
+            "top_p": self.top_p,
+        }
 
     def args(self) -> tuple[object, ...]:
         """The launcher's positional arguments, in vLLM's order."""

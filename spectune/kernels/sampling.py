@@ -34,7 +34,12 @@ from spectune.kernels._counter_rng import gumbel_noise
 from spectune.kernels._launch import launch_config
 from spectune.kernels._reductions import chunk_max
 from spectune.kernels._tensors import INDEX_DTYPES, LOGITS_DTYPES, require_tensor
-from spectune.kernels._truncation import keep_threshold, load_values, order_key, row_stats
+from spectune.kernels._truncation import (
+    TRITON_DIV,
+    load_values,
+    order_key,
+    processed_threshold,
+)
 from spectune.kernels.rejection_constants import MAX_VOCAB
 from spectune.kernels.sampling_space import default_config, problem_for, search_space
 
@@ -60,16 +65,8 @@ def _sample_kernel(
         min_p = tl.load(min_p_ptr + safe).to(tl.float32)
         k = tl.load(top_k_ptr + safe).to(tl.int64)
         p = tl.load(top_p_ptr + safe).to(tl.float32)
-        no_min = tl.full((), float("-inf"), tl.float32)
-        row_max, row_min = row_stats(x_row, vocab, n_tiles, temp, no_min, True, BLOCK_V)
-        # min-p: vLLM's threshold on the tempered logits; min_p = 0 gives -inf (none).
-        # Dividing by a positive temperature keeps the order, so the smallest value left
-        # is the tempered minimum, or -inf if min-p masks it.
-        min_value = row_max + tl.log(min_p)
-        row_min = tl.where(row_min < min_value, float("-inf"), row_min)
-        threshold = keep_threshold(
-            x_row, vocab, n_tiles, temp, min_value, row_max, row_min, k, p,
-            True, True, True, BLOCK_V, PIVOTS,
+        min_value, threshold = processed_threshold(
+            x_row, vocab, n_tiles, temp, min_p, k, p, TRITON_DIV, True, True, BLOCK_V, PIVOTS
         )
         seed = tl.load(seed_ptr + safe)
         pos = tl.load(pos_ptr + row)
@@ -78,7 +75,7 @@ def _sample_kernel(
         for t in range(n_tiles):
             idx = t * BLOCK_V + offs
             in_vocab = idx < vocab
-            x = load_values(x_row, idx, in_vocab, temp, min_value, True)
+            x = load_values(x_row, idx, in_vocab, temp, min_value, TRITON_DIV)
             kept = in_vocab & (order_key(x) >= threshold)
             if USE_FP64:
                 x = x.to(tl.float64)

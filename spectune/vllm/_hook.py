@@ -36,6 +36,7 @@ from spectune.messages import one_line
 from spectune.vllm._settings import (
     ENV_DISABLE,
     disabled,
+    folding_routed,
     installed_vllm_version,
     logger,
     rng_mode,
@@ -196,7 +197,8 @@ def new_mrv2_router(module: Any) -> SeamRouter:
 
 def add_sampling_companions(router: SeamRouter, *, mrv2: bool) -> None:
     """Route the runner's sampling steps (top-k/top-p; MRV2's temperature, min-p and
-    Gumbel sampling) along with its verification."""
+    Gumbel sampling) along with its verification, and (unless ``SPECTUNE_FOLD=0``) fold
+    the verification's sampling parameters into it."""
     from spectune.vllm._sampling_routers import (
         MRV2_SAMPLING_SEAMS,
         V1_SAMPLING_SEAMS,
@@ -205,6 +207,14 @@ def add_sampling_companions(router: SeamRouter, *, mrv2: bool) -> None:
 
     for companion in sampling_routers(MRV2_SAMPLING_SEAMS if mrv2 else V1_SAMPLING_SEAMS):
         router.add_companion(companion)
+    if folding_routed():
+        from spectune.vllm._fold_routers import V1FoldRouter, fold_router
+
+        folder = fold_router(mrv2=mrv2)
+        if folder is not None:
+            router.add_companion(folder)
+            if isinstance(folder, V1FoldRouter):
+                router.fold = folder  # type: ignore[attr-defined]
 
 
 def routed_by_seam() -> dict[str, int]:

@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from spectune.space import Problem
     from spectune.vllm._configs import TunedConfigs
 
-__all__ = ["RouterStats", "SeamRouter"]
+__all__ = ["RouterStats", "SeamRouter", "router_of", "unwrap"]
 
 
 class RouterStats:
@@ -108,7 +108,7 @@ class SeamRouter:
     @property
     def installed(self) -> bool:
         """Whether vLLM's function is currently this router's."""
-        return getattr(getattr(self.module, self.seam), "__self__", None) is self
+        return router_of(getattr(self.module, self.seam)) is self
 
     @property
     def original(self) -> Callable[..., Any]:
@@ -127,7 +127,7 @@ class SeamRouter:
     def install(self) -> None:
         """Put the drop-in in place of vLLM's function (idempotent), companions too."""
         current = getattr(self.module, self.seam)
-        if getattr(current, "__self__", None) is not self:
+        if router_of(current) is not self:
             self._original = unwrap(current)
             setattr(self.module, self.seam, self._drop_in())
         for companion in self.companions:
@@ -235,6 +235,7 @@ class SeamRouter:
         kwargs: dict[str, Any],
         why_not: Callable[[], str],
         prepare: Callable[[], tuple[Any, dict[str, int]]],
+        fallback: Callable[[], Any] | None = None,
     ) -> Any:
         """One call of the drop-in: the family's kernels, or vLLM's function when the
         router is not active, the call is not implemented (``why_not()`` says why,
@@ -246,14 +247,18 @@ class SeamRouter:
             kwargs: The call's keyword arguments, as vLLM's function takes them.
             why_not: Why the family does not implement this call (empty: it does).
             prepare: The family's inputs and launch config for this call.
+            fallback: What runs instead when the call is not routed (default: vLLM's
+                function with ``args`` and ``kwargs``).
         """
         original = self.original
+        if fallback is None:
+            fallback = lambda: original(*args, **kwargs)  # noqa: E731
         if not self._ready(device):
-            return original(*args, **kwargs)
+            return fallback()
         reason = why_not()
         if reason:
             self.stats.count_passed(reason)
-            return original(*args, **kwargs)
+            return fallback()
         family = self._family
         assert family is not None
         try:
@@ -261,7 +266,7 @@ class SeamRouter:
             out = self._launch(family, inputs, config)
         except Exception as exc:
             self._fail(f"a routed call of {self.where} failed", exc)
-            return original(*args, **kwargs)
+            return fallback()
         self.stats.routed += 1
         return out
 
@@ -288,14 +293,19 @@ class SeamRouter:
         logger.warning("spectune: %s (%s: %s); vLLM's own kernels are used from now on",
                        what, type(exc).__name__, one_line(exc))
 
-    def config_of(self, key: Hashable, problem_of: Callable[[], Problem]) -> dict[str, int]:
+    def config_of(
+        self, key: Hashable, problem_of: Callable[[], Problem], *,
+        family: KernelFamily | None = None,
+    ) -> dict[str, int]:
         """Launch config of a shape ``key``: tuned when the database has one, else the
         family's default. Asked once per shape (``problem_of`` builds its problem), then
-        cached."""
+        cached. ``family``: another family than the router's (its folded variant)."""
+        if family is not None:
+            key = (family.name, key)
         config = self._shape_configs.get(key)
         if config is not None:
             return config
-        family, configs = self._family, self.configs
+        family, configs = family or self._family, self.configs
         assert family is not None and configs is not None
         problem = problem_of()
         tuned = configs.lookup(family.name, problem)
@@ -309,9 +319,18 @@ class SeamRouter:
         return config
 
 
-def unwrap(function: Callable[..., Any]) -> Callable[..., Any]:
-    """vLLM's function behind a (possibly stale) router's bound method."""
+def router_of(function: Any) -> SeamRouter | None:
+    """The router whose drop-in ``function`` is: a bound method, or a function that
+    stands in for a method of a vLLM class (``__spectune_router__``)."""
     owner = getattr(function, "__self__", None)
-    if isinstance(owner, SeamRouter):
+    if not isinstance(owner, SeamRouter):
+        owner = getattr(function, "__spectune_router__", None)
+    return owner if isinstance(owner, SeamRouter) else None
+
+
+def unwrap(function: Callable[..., Any]) -> Callable[..., Any]:
+    """vLLM's function behind a (possibly stale) router's drop-in."""
+    owner = router_of(function)
+    if owner is not None:
         return owner.original
     return function

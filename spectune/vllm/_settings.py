@@ -13,6 +13,7 @@ import re
 
 __all__ = [
     "ENV_DISABLE",
+    "ENV_FOLD",
     "ENV_FORCE",
     "ENV_RNG",
     "ENV_SAMPLING",
@@ -22,6 +23,7 @@ __all__ = [
     "SUPPORTED_VLLM",
     "disabled",
     "env_flag",
+    "folding_routed",
     "forced",
     "installed_vllm_version",
     "logger",
@@ -41,6 +43,9 @@ ENV_FORCE = "SPECTUNE_FORCE"
 ENV_RNG = "SPECTUNE_RNG"
 #: ``SPECTUNE_SAMPLING=0``: route the verification only; vLLM keeps its sampling steps.
 ENV_SAMPLING = "SPECTUNE_SAMPLING"
+#: ``SPECTUNE_FOLD=0``: route the sampling steps, but apply the verification's sampling
+#: parameters before it (as vLLM does) instead of folding them into it.
+ENV_FOLD = "SPECTUNE_FOLD"
 
 #: Random inputs drawn exactly as vLLM draws them (seeded requests match vLLM).
 RNG_VLLM = "vllm"
@@ -72,6 +77,12 @@ def sampling_routed() -> bool:
     """Whether the sampling steps are routed with the verification (``SPECTUNE_SAMPLING``
     unset or on)."""
     return ENV_SAMPLING not in os.environ or env_flag(ENV_SAMPLING)
+
+
+def folding_routed() -> bool:
+    """Whether the verification's sampling parameters are folded into it (the sampling
+    steps routed, and ``SPECTUNE_FOLD`` unset or on)."""
+    return sampling_routed() and (ENV_FOLD not in os.environ or env_flag(ENV_FOLD))
 
 
 def rng_mode() -> str:

@@ -29,7 +29,8 @@ from spectune.vllm._router import SeamRouter
 from spectune.vllm._settings import RNG_FUSED, RNG_VLLM
 
 if TYPE_CHECKING:
-    from spectune.kernels import RejectionInputs
+    from spectune.kernels import KernelFamily, RejectionInputs
+    from spectune.vllm._fold_routers import V1FoldRouter
 
 __all__ = [
     "EXPAND_KERNEL",
@@ -71,6 +72,9 @@ class Router(SeamRouter):
         self._inputs_type: type[RejectionInputs] | None = None
         self._original_expand: Callable[..., Any] | None = None
         self._expand_override: Any = None
+        #: The companion that defers ``apply_sampling_constraints`` into this router's
+        #: calls (folded verification), if any.
+        self.fold: V1FoldRouter | None = None
 
     def __repr__(self) -> str:
         state = "configured" if self.configured else "not configured"
@@ -164,7 +168,12 @@ class Router(SeamRouter):
         synthetic_conditional_rates: torch.Tensor | None = None,
         use_fp64_gumbel: bool = False,
     ) -> torch.Tensor:
-        """Drop-in for vLLM 0.32's ``rejection_sample`` (same arguments, same output)."""
+        """Drop-in for vLLM 0.32's ``rejection_sample`` (same arguments, same output).
+
+        When the fold companion deferred the sampling parameters of ``target_logits``,
+        they are folded into the verification; a call that is not routed gets them
+        applied by vLLM's step first, as vLLM would have.
+        """
         args = (
             draft_token_ids, num_draft_tokens, max_spec_len, cu_num_draft_tokens,
             draft_probs, target_logits, bonus_token_ids, sampling_metadata,
@@ -174,12 +183,25 @@ class Router(SeamRouter):
             "synthetic_conditional_rates": synthetic_conditional_rates,
             "use_fp64_gumbel": use_fp64_gumbel,
         }
-        return self._route(
+        fold = self.fold
+        pending = fold.take(target_logits) if fold is not None else None
+        fallback = None
+        if pending is not None:
+            assert fold is not None
+            original = self.original
+
+            def fallback() -> torch.Tensor:
+                processed = fold.materialize(pending)
+                return original(*args[:5], processed, *args[6:], **kwargs)  # type: ignore[no-any-return]
+
+        return self._route(  # type: ignore[no-any-return]
             target_logits.device, args, kwargs,
             lambda: "synthetic acceptance" if synthetic_mode else self._unsupported(
                 draft_probs, target_logits
             ),
-            lambda: self.prepare(*args, use_fp64_gumbel=use_fp64_gumbel),
+            lambda: self.prepare(*args, use_fp64_gumbel=use_fp64_gumbel,
+                                 folded=pending is not None),
+            fallback=fallback,
         )
 
     def _unsupported(
@@ -206,11 +228,13 @@ class Router(SeamRouter):
         sampling_metadata: Any,
         *,
         use_fp64_gumbel: bool = False,
+        folded: bool = False,
     ) -> tuple[RejectionInputs, dict[str, int]]:
         """The kernel family's inputs for one call, and its launch config.
 
         The config is looked up before any random number is drawn: should the lookup
-        fail, vLLM's function gets the call with every generator untouched.
+        fail, vLLM's function gets the call with every generator untouched. ``folded``:
+        the logits are raw, and the sampling parameters go to the folded family.
         """
         if not target_logits.is_contiguous():
             target_logits = target_logits.contiguous()
@@ -218,11 +242,12 @@ class Router(SeamRouter):
         family = self._family
         assert make_inputs is not None and family is not None
         key = _shape_key(max_spec_len, cu_num_draft_tokens, target_logits, draft_probs)
+        fold_family = self.fold.family if folded and self.fold is not None else None
         config = self.config_of(key, lambda: family.problem_of(make_inputs(
             draft_token_ids=draft_token_ids, cu_num_draft_tokens=cu_num_draft_tokens,
             target_logits=target_logits, bonus_token_ids=bonus_token_ids,
             max_spec_len=max_spec_len, draft_probs=draft_probs,
-        )))
+        )), family=fold_family)
         is_greedy = uniform_probs = inv_q = seeds = None
         if not sampling_metadata.all_greedy:
             is_greedy = sampling_metadata.temperature == 0
@@ -247,7 +272,19 @@ class Router(SeamRouter):
             inv_q=inv_q,
             seeds=seeds,
         )
+        if fold_family is not None:
+            inputs.temperature = sampling_metadata.temperature
+            inputs.top_k = sampling_metadata.top_k
+            inputs.top_p = sampling_metadata.top_p
         return inputs, config
+
+    def _launch(self, family: KernelFamily, inputs: Any, config: dict[str, int]) -> Any:
+        fold = self.fold
+        if fold is not None and fold.family is not None and inputs.sampling_kwargs():
+            out = fold.family.launch(inputs, config)
+            fold.stats.routed += 1
+            return out
+        return family.launch(inputs, config)
 
 
 def _shape_key(

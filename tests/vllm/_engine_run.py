@@ -82,7 +82,8 @@ def _counters(llm: Any) -> dict[str, int]:
 
 def run_engine(run: dict[str, Any]) -> dict[str, Any]:
     """Start one engine as ``run`` says, generate, and report."""
-    for var in ("SPECTUNE_DISABLE", "SPECTUNE_FORCE", "SPECTUNE_RNG", "SPECTUNE_SAMPLING"):
+    for var in ("SPECTUNE_DISABLE", "SPECTUNE_FORCE", "SPECTUNE_RNG", "SPECTUNE_SAMPLING",
+                "SPECTUNE_FOLD"):
         os.environ.pop(var, None)
     os.environ.update(run.get("env", {}))
     from vllm import LLM, SamplingParams

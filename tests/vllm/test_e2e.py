@@ -83,9 +83,17 @@ def engines(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
           "filtered": True, "env": {"SPECTUNE_FORCE": "1", "SPECTUNE_SAMPLING": "0"}}],
         env,
     )
-    return {**reference, **spectune, **verify_only,
+    # The sampling steps routed, applied before the verification (not folded). A process
+    # of its own: vLLM's CPU platform cannot register its kernel overrides for a second
+    # speculative engine in one process.
+    unfolded, unfolded_log = _run(
+        [{"name": "unfolded", "model": model, "spec": True, "greedy": False,
+          "filtered": True, "env": {"SPECTUNE_FORCE": "1", "SPECTUNE_FOLD": "0"}}],
+        env,
+    )
+    return {**reference, **spectune, **verify_only, **unfolded,
             "logs": {"reference": reference_log, "spectune": spectune_log,
-                     "verify_only": verify_only_log}}
+                     "verify_only": verify_only_log, "unfolded": unfolded_log}}
 
 
 def _acceptance(counters: dict[str, int]) -> float:
@@ -137,23 +145,31 @@ def test_seeded_sampling_reproducible_with_sane_acceptance(engines: dict[str, An
 
 def test_seeded_filtered_sampling_gives_vllms_tokens(engines: dict[str, Any]) -> None:
     """Seeded requests at T=0.8 with top-k 50 and top-p 0.9: the same tokens with
-    spectune's top-k/top-p kernel (in V1's sampler and in its verification's sampling
-    constraints) as with vLLM's own ``apply_top_k_top_p`` (``SPECTUNE_SAMPLING=0``)."""
+    spectune's sampling steps and the parameters folded into its verification (the
+    default), with them applied first by spectune's top-k/top-p kernel
+    (``SPECTUNE_FOLD=0``), and with vLLM's own sampling steps (``SPECTUNE_SAMPLING=0``)."""
     ours, theirs = engines["spectune"]["filtered"], engines["verify_only"]["filtered"]
+    unfolded = engines["unfolded"]["filtered"]
     assert len(ours) == len(PROMPTS) and all(len(t) == MAX_TOKENS for t in ours)
     assert ours == theirs
+    assert unfolded == theirs
     seams = engines["spectune"]["routed_by_seam"]
-    topk = {where: n for where, n in seams.items() if where.endswith(".apply_top_k_top_p")}
-    assert set(topk) == {"vllm.v1.sample.ops.topk_topp_sampler.apply_top_k_top_p",
-                         "vllm.v1.sample.rejection_sampler.apply_top_k_top_p"}
-    assert all(n > 0 for n in topk.values()), seams
+    sampler_topk = "vllm.v1.sample.ops.topk_topp_sampler.apply_top_k_top_p"
+    verify_topk = "vllm.v1.sample.rejection_sampler.apply_top_k_top_p"
+    folded = "vllm.v1.sample.rejection_sampler.apply_sampling_constraints"
+    # Folded: the verification's top-k/top-p step is never called, the fold is.
+    assert seams[sampler_topk] > 0 and seams[folded] > 0 and seams[verify_topk] == 0, seams
+    unfolded_seams = engines["unfolded"]["routed_by_seam"]
+    assert folded not in unfolded_seams, unfolded_seams
+    assert unfolded_seams[sampler_topk] > 0 and unfolded_seams[verify_topk] > 0
     assert not any(n for where, n in engines["verify_only"]["routed_by_seam"].items()
                    if where.endswith(".apply_top_k_top_p"))
     assert engines["verify_only"]["routed_calls"] > 0
     counters = engines["spectune"]["filtered_counters"]
     print(f"\nfiltered seeded sampling (T=0.8, top_k=50, top_p=0.9): "
-          f"{len(ours)} x {MAX_TOKENS} tokens identical to vLLM's; routed calls by seam: "
-          f"{seams}; acceptance {_acceptance(counters):.1%}")
+          f"{len(ours)} x {MAX_TOKENS} tokens identical to vLLM's, folded and unfolded; "
+          f"routed calls by seam: {seams}; unfolded: {unfolded_seams}; "
+          f"acceptance {_acceptance(counters):.1%}")
 
 
 def test_vllm_refuses_min_p_with_speculative_decoding() -> None:
