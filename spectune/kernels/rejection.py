@@ -24,6 +24,13 @@ Exactness by construction, whatever the launch configuration:
 * with ``seeds`` the random streams are indexed by (request seed, vocab index) or
   (request seed, draft position), never by tile or program.
 
+With ``temperature``, ``top_k``, ``top_p`` or ``min_p`` the sampling parameters are
+folded in (the ``rejection_sample_folded`` family): the logits are raw, a pre-pass finds
+each random row's thresholds, and every logit a pass loads is processed as vLLM's
+``apply_sampling_constraints`` would have written it (:mod:`spectune.kernels._folding`;
+the division correctly rounded, as PyTorch's). The row max needs no pass of its own:
+dividing by a positive temperature keeps the order, and no mask drops the largest value.
+
 Against vLLM (torch's float32 softmax) our probabilities differ by a few ulps, so a
 decision can differ only where rounding decides a near-tie; see
 :mod:`spectune.kernels.rejection_reference`.

@@ -36,6 +36,13 @@ differ from vLLM's only where that decides a near-tie (see
 :mod:`spectune.kernels.rejection_mrv2_reference`). Greedy tokens, and residuals that use
 no normaliser (drafters without logits, bonus rows), are bit-identical.
 
+With ``apply_sampling_params`` the target logits are raw and the sampling parameters
+are folded in (the ``rejection_sample_mrv2_folded`` family): a pre-pass finds each row's
+min-p and top-k/top-p thresholds, and every target logit the passes load is processed as
+``Sampler.apply_sampling_params`` would have written it (:mod:`spectune.kernels._folding`;
+the division Triton's, as vLLM's temperature kernel's), so the fp32 ``[N, V]`` buffer
+vLLM writes first is never written.
+
 Block verification, synthetic acceptance rates, watermarking and a draft vocabulary
 narrower than the target's are not implemented (the vLLM router sends those calls to
 vLLM). This module, with :mod:`spectune.kernels.rejection_mrv2_constants`, the random

@@ -183,6 +183,10 @@ class Mrv2FoldRouter(SeamRouter):
         args = (sampler, logits, draft_logits, draft_sampled, pos, cu_num_logits, idx_mapping,
                 idx_mapping_np, expanded_idx_mapping, expanded_local_pos,
                 seq_lens_upper_bound_np, verify_draft_sampled)
+        if not _needs_processing(sampler, idx_mapping_np):
+            # vLLM verifies the raw logits: nothing to fold, and the verification router
+            # takes the call (not a call spectune passes up: not counted).
+            return self.original(*args)  # type: ignore[no-any-return]
         return self._route(  # type: ignore[no-any-return]
             logits.device, args, {}, lambda: self._unsupported(*args),
             lambda: self.prepare(*args),
@@ -199,7 +203,6 @@ class Mrv2FoldRouter(SeamRouter):
 
     def _why_not(self, rejection_sampler: Any, logits: torch.Tensor,
                  draft_logits: torch.Tensor | None, idx_mapping_np: np.ndarray) -> str:
-        import numpy as np
         import torch
 
         if rejection_sampler.watermark_key is not None:
@@ -213,9 +216,6 @@ class Mrv2FoldRouter(SeamRouter):
             return "processed logprobs"
         if sampler.return_sampling_mask:
             return "sampling mask"
-        if not np.any(sampler.needs_logits_processing[idx_mapping_np]):
-            # vLLM verifies the raw logits: the verification router takes the call.
-            return "no sampling parameters"
         other = _other_processing(sampler, idx_mapping_np)
         if other:
             return other
@@ -278,6 +278,18 @@ class Mrv2FoldRouter(SeamRouter):
     def _launch(self, family: Any, inputs: Any, config: dict[str, int]) -> Any:
         sampled, num_sampled = family.launch(inputs, config)
         return inputs.target_logits, sampled, num_sampled
+
+
+def _needs_processing(rejection_sampler: Any, idx_mapping_np: np.ndarray) -> bool:
+    """Whether vLLM's ``apply_sampling_params`` changes this batch's logits at all (its
+    own first test); ``True`` when the sampler's state is not understood."""
+    import numpy as np
+
+    try:
+        needs = rejection_sampler.sampler.needs_logits_processing[idx_mapping_np]
+    except (AttributeError, IndexError, TypeError):
+        return True
+    return bool(np.any(needs))
 
 
 def _other_processing(sampler: Any, idx_mapping_np: np.ndarray) -> str:

@@ -151,9 +151,19 @@ def _sampling_text(*, mrv2: bool) -> str:
 
     if not sampling_routed():
         return f"sampling steps left to vLLM ({ENV_SAMPLING}=0)"
+    from spectune.vllm._fold_routers import fold_router
+    from spectune.vllm._settings import ENV_FOLD, folding_routed
+
     routers = sampling_routers(MRV2_SAMPLING_SEAMS if mrv2 else V1_SAMPLING_SEAMS)
     listed = ", ".join(f"{r.where} ({r.kernel})" for r in routers)
-    return f"with its sampling steps: {listed or 'none found in this vLLM'}"
+    text = f"with its sampling steps: {listed or 'none found in this vLLM'}"
+    if not folding_routed():
+        return f"{text}; sampling parameters applied before verification ({ENV_FOLD}=0)"
+    folder = fold_router(mrv2=mrv2)
+    if folder is None:
+        return f"{text}; no seam to fold the sampling parameters at in this vLLM"
+    return (f"{text}; sampling parameters folded into verification at {folder.where} "
+            f"({folder.kernel})")
 
 
 def self_test() -> list[SelfTest]:

@@ -224,3 +224,26 @@ def test_two_workers_share_one_study(places) -> None:
     owners = {t.system_attrs.get("spectune.owner", {}).get("pid")
               for t in study.study.get_trials(deepcopy=False)}
     assert len(owners - {None}) == 2  # both processes evaluated trials
+
+
+@pytest.mark.parametrize("kernel", ["rejection_sample_folded", "rejection_sample_mrv2_folded"])
+def test_sweep_of_folded_verification_over_k(places, kernel: str) -> None:
+    """Verification with the sampling parameters folded in, tuned per k: one study and
+    one row per speculation length, every trial gated against the parameters applied
+    first, rows keyed by the folded family (its own hash and space)."""
+    items = as_looked_up(sweep_items(kernels=[kernel], spec_lens=[1, 3], batches=[2],
+                                     vocabs=[257], dtypes=["float32"]))
+    assert [i.problem.spec_len for i in items] == [1, 3]
+    options = SweepOptions(trials=2, db=places["db"], storage=places["storage"])
+    family = FAMILIES[kernel]
+    for item in items:
+        result = run_item(item, options=options)
+        assert result.trials == 2
+        assert (result.failed, result.invalid) == (0, 0)
+        assert result.best_config is not None
+        assert {"BLOCK_T", "PIVOTS"} <= set(result.best_config)
+        family.search_space("cpu-interpreter").validate(result.best_config)
+    # A row is written only where the promotion rule says the best beat the default.
+    for row in open_store(places["db"]).rows(kernel=kernel):
+        assert row.kernel_hash == family.source_hash
+        assert row.problem.spec_len in (1, 3)

@@ -29,9 +29,9 @@ def doctor(*args: str) -> str:
     return result.output
 
 
-def doctor_json() -> dict[str, Any]:
+def doctor_json(*args: str) -> dict[str, Any]:
     """The JSON report (vLLM may log to stdout on its first import: skip those lines)."""
-    output = doctor("--json")
+    output = doctor("--json", *args)
     lines = [line for line in output.splitlines() if line.startswith("{")]
     assert lines, output
     return json.loads(lines[-1])
@@ -59,10 +59,18 @@ def test_doctor_routes_when_forced_and_self_test_passes(monkeypatch: pytest.Monk
     assert "plugin would route: yes" in text
     assert "model runner here: V1 (family rejection_sample)" in text
     assert "vLLM: 0.32" in text and "(supported)" in text
+    assert ("sampling parameters folded into verification at vllm.v1.sample."
+            "rejection_sampler.apply_sampling_constraints (rejection_sample_folded)"
+            ) in " ".join(report["reasons"])
     monkeypatch.setenv("VLLM_USE_V2_MODEL_RUNNER", "1")
     assert "model runner here: Model Runner V2 (family rejection_sample_mrv2)" in doctor(
         "--no-self-test"
     )
+    mrv2_reasons = " ".join(doctor_json("--no-self-test")["reasons"])
+    assert "RejectionSampler._verify (rejection_sample_mrv2_folded)" in mrv2_reasons
+    monkeypatch.setenv("SPECTUNE_FOLD", "0")
+    assert "sampling parameters applied before verification (SPECTUNE_FOLD=0)" in " ".join(
+        doctor_json("--no-self-test")["reasons"])
 
 
 def test_doctor_says_why_not(monkeypatch: pytest.MonkeyPatch) -> None:
