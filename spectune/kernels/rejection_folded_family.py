@@ -14,12 +14,7 @@ from dataclasses import replace
 
 import torch
 
-from spectune.kernels import (
-    _folding,
-    _truncation,
-    rejection_folded_space,
-    rejection_mrv2_folded_space,
-)
+from spectune.kernels import rejection_folded_space, rejection_mrv2_folded_space
 from spectune.kernels.rejection_family import RejectionSampleFamily
 from spectune.kernels.rejection_folded_reference import unfolded_mrv2, unfolded_v1
 from spectune.kernels.rejection_inputs import RejectionInputs
@@ -64,12 +59,13 @@ class RejectionSampleFoldedFamily(RejectionSampleFamily):
 
     Attributes:
         name: ``rejection_sample_folded``.
-        source_modules: The unfolded family's, the fold (:mod:`spectune.kernels._folding`)
-            and the threshold search (:mod:`spectune.kernels._truncation`).
+        source_modules: The unfolded family's: the same kernels and launcher (which
+            already hash the fold, :mod:`spectune.kernels._folding`, and the threshold
+            search, :mod:`spectune.kernels._truncation`); rows are told apart by name.
     """
 
     name = "rejection_sample_folded"
-    source_modules = (*RejectionSampleFamily.source_modules, _folding, _truncation)
+    source_modules = RejectionSampleFamily.source_modules
     space = rejection_folded_space
 
     def make_inputs(
@@ -94,11 +90,11 @@ class RejectionSampleMrv2FoldedFamily(RejectionSampleMrv2Family):
 
     Attributes:
         name: ``rejection_sample_mrv2_folded``.
-        source_modules: The unfolded family's, the fold and the threshold search.
+        source_modules: The unfolded family's (the same kernels and launcher).
     """
 
     name = "rejection_sample_mrv2_folded"
-    source_modules = (*RejectionSampleMrv2Family.source_modules, _folding, _truncation)
+    source_modules = RejectionSampleMrv2Family.source_modules
     space = rejection_mrv2_folded_space
 
     def make_inputs(

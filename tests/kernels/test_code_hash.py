@@ -118,12 +118,14 @@ def test_the_registered_hashes_are_code_hashes() -> None:
         temperature,
         topk_topp,
     )
+    from spectune.kernels import _folding as folding
     from spectune.kernels import _truncation as truncation
 
     assert family_hashes() == {name: f.source_hash for name, f in FAMILIES.items()}
     assert sorted(family_hashes()) == [
-        "gumbel_sample", "min_p", "rejection_sample", "rejection_sample_mrv2", "sample",
-        "temperature", "top_k_top_p",
+        "gumbel_sample", "min_p", "rejection_sample", "rejection_sample_folded",
+        "rejection_sample_mrv2", "rejection_sample_mrv2_folded", "sample", "temperature",
+        "top_k_top_p",
     ]
     assert family_hashes()["top_k_top_p"] == code_hash(topk_topp, truncation,
                                                        rejection_constants, _launch)
@@ -136,12 +138,16 @@ def test_the_registered_hashes_are_code_hashes() -> None:
     with pytest.raises(TypeError, match="code hashes are of modules"):
         code_hash(gumbel.gumbel_sample)  # type: ignore[arg-type]
     assert family_hashes()["rejection_sample"] == code_hash(
-        rejection, rejection_constants, _reductions, _launch
+        rejection, rejection_constants, _reductions, _launch, folding, truncation
     )
     assert family_hashes()["rejection_sample_mrv2"] == code_hash(
         rejection_mrv2, rejection_mrv2_constants, _counter_rng, rejection_constants, _reductions,
-        _launch,
+        _launch, folding, truncation,
     )
+    # The folded families launch the same kernels (their own names, spaces and rows).
+    assert family_hashes()["rejection_sample_folded"] == family_hashes()["rejection_sample"]
+    assert (family_hashes()["rejection_sample_mrv2_folded"]
+            == family_hashes()["rejection_sample_mrv2"])
     assert len(code_hash(rejection)) == 16
     assert code_hash(rejection) != code_hash(rejection, rejection_constants)
 
@@ -193,42 +199,48 @@ _SAME = {
 V1, MRV2, GUMBEL = "rejection_sample", "rejection_sample_mrv2", "gumbel_sample"
 TEMPERATURE, MIN_P = "temperature", "min_p"
 TOPK_TOPP, SAMPLE = "top_k_top_p", "sample"
+V1F, MRV2F = "rejection_sample_folded", "rejection_sample_mrv2_folded"
 # Per edit: the families whose source hash it must change (and no other).
 _CHANGED = {
     "kernel code": (
-        "rejection.py", "other=2**31 - 1", "other=2**31 - 2", {V1}),
+        "rejection.py", "other=2**31 - 1", "other=2**31 - 2", {V1, V1F}),
     "launcher code": (
-        "rejection.py", "_FINALIZE_NUM_WARPS = 1", "_FINALIZE_NUM_WARPS = 2", {V1}),
+        "rejection.py", "_FINALIZE_NUM_WARPS = 1", "_FINALIZE_NUM_WARPS = 2", {V1, V1F}),
     "input checks": (
-        "rejection.py", "if vocab > MAX_VOCAB:", "if vocab >= MAX_VOCAB:", {V1}),
+        "rejection.py", "if vocab > MAX_VOCAB:", "if vocab >= MAX_VOCAB:", {V1, V1F}),
     "shared constant": (
         "rejection_constants.py", "FIXED_POINT_BITS = 42", "FIXED_POINT_BITS = 41",
-        {V1, MRV2, TOPK_TOPP, SAMPLE}),
+        {V1, MRV2, TOPK_TOPP, SAMPLE, V1F, MRV2F}),
     "shared reduction": (
         "_reductions.py", "return tl.load(index_ptr + row * SPLITS + which)",
-        "return tl.load(index_ptr + row * SPLITS + which) + 0", {V1, MRV2, GUMBEL, MIN_P, SAMPLE}),
+        "return tl.load(index_ptr + row * SPLITS + which) + 0",
+        {V1, MRV2, GUMBEL, MIN_P, SAMPLE, V1F, MRV2F}),
     "mrv2 kernel code": (
         "rejection_mrv2.py", "scaled = (gsum.to(tl.float64) * scale + 0.5)",
-        "scaled = (gsum.to(tl.float64) * scale + 0.25)", {MRV2}),
+        "scaled = (gsum.to(tl.float64) * scale + 0.25)", {MRV2, MRV2F}),
     "random stream": (
         "_counter_rng.py", "h = rotl32(h ^ k, 13)", "h = rotl32(h ^ k, 12)",
-        {MRV2, GUMBEL, SAMPLE}),
+        {MRV2, GUMBEL, SAMPLE, MRV2F}),
     "gumbel launcher code": (
         "gumbel.py", "_REDUCE_NUM_WARPS = 1", "_REDUCE_NUM_WARPS = 2", {GUMBEL}),
     "mrv2 constant": (
         "rejection_mrv2_constants.py", "GROUP = tl.constexpr(256)", "GROUP = tl.constexpr(128)",
-        {MRV2}),
+        {MRV2, MRV2F}),
     "temperature kernel code": (
         "temperature.py", "if temp == 0.0 or temp == 1.0:", "if temp == 0.0:", {TEMPERATURE}),
     "min_p launcher code": (
         "min_p.py", "if splits == 1:", "if splits == 0:", {MIN_P}),
     "threshold search": (
         "_truncation.py", "pivots = tl.minimum(tl.maximum(pivots, lo), hi - 1)",
-        "pivots = tl.maximum(tl.minimum(pivots, hi - 1), lo)", {TOPK_TOPP, SAMPLE}),
+        "pivots = tl.maximum(tl.minimum(pivots, hi - 1), lo)",
+        {TOPK_TOPP, SAMPLE, V1, MRV2, V1F, MRV2F}),
+    "fold": (
+        "_folding.py", "    x = divide(x, temp, DIV)\n", "    x = divide(x, temp + 0.0, DIV)\n",
+        {V1, MRV2, V1F, MRV2F}),
     "launch options": (
         "_launch.py", 'options["waves_per_eu"] = chosen["waves_per_eu"]',
         'options["waves_per_eu"] = chosen["waves_per_eu"] + 0',
-        {V1, MRV2, GUMBEL, TEMPERATURE, MIN_P, TOPK_TOPP, SAMPLE}),
+        {V1, MRV2, GUMBEL, TEMPERATURE, MIN_P, TOPK_TOPP, SAMPLE, V1F, MRV2F}),
     "fused sampler launcher": (
         "sampling.py", 'BLOCK_V=block, PIVOTS=config["PIVOTS"], USE_FP64=use_fp64',
         'BLOCK_V=block, PIVOTS=config["PIVOTS"], USE_FP64=not use_fp64', {SAMPLE}),

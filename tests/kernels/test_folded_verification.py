@@ -550,8 +550,9 @@ def test_families_are_registered() -> None:
                                   rejection_mrv2_folded_space)):
         assert folded.search_space(BACKEND) == space.search_space(BACKEND)
         assert {"BLOCK_T", "PIVOTS"} <= set(folded.search_space(BACKEND).names)
-        assert len(folded.source_hash) == 16
-        assert folded.source_hash != FAMILIES[plain].source_hash
+        # The same kernels, so the same code hash; rows are told apart by family name.
+        assert folded.source_modules == FAMILIES[plain].source_modules
+        assert folded.source_hash == FAMILIES[plain].source_hash
 
 
 @pytest.mark.parametrize("case", FAMILY_CASES, ids=_family_id)

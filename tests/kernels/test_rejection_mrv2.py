@@ -559,7 +559,11 @@ def test_family_is_registered() -> None:
     assert list(FAMILY.search_space(BACKEND)) == list(_SPACE)
     # The inputs' positional order is the launcher's (and vLLM's).
     params = list(inspect.signature(rejection_sample_mrv2).parameters)
-    assert params[:12] == [f.name for f in dataclasses.fields(Mrv2Inputs)]
+    fields = [f.name for f in dataclasses.fields(Mrv2Inputs)]
+    assert params[:12] == fields[:12]
+    # The rest are the launcher's keyword-only folding arguments (Mrv2Inputs.kwargs()).
+    assert fields[12:] == list(Mrv2Inputs(*[None] * 11).kwargs())
+    assert set(fields[12:]) <= set(params[12:])
 
 
 @pytest.mark.parametrize("problem", FAMILY_PROBLEMS, ids=_problem_id)
