@@ -9,6 +9,14 @@ and seconds per run. ``--synthetic N`` adds N generated spaces (seeds S..S+N-1 w
 ``--synthetic-start S``, default 0; varying roughness and failure rates) written to a
 temporary directory; a start past the seeds used while designing a strategy gives
 spaces it has not seen.
+
+``--leave-one-out`` judges the choice among the ``--samplers`` (strategies, schedules,
+hyperparameters: the candidates) on spaces it never saw: for each file in turn, the
+candidate with the best score on the *other* files (the mean, over those files and the
+reported budgets, of the median fraction of the optimum) is chosen, and its results on
+the file left out are reported. The figure that counts is the worst held-out file at
+each budget. Printed as a Markdown table; ``--out`` then holds ``{"runs": [...],
+"leave_one_out": {...}}``.
 """
 
 from __future__ import annotations
@@ -143,6 +151,8 @@ def main() -> int:
     parser.add_argument("--no-shared", action="store_true")
     parser.add_argument("--noisy", action="store_true")
     parser.add_argument("--out", type=Path)
+    parser.add_argument("--leave-one-out", action="store_true",
+                        help="choose among --samplers on the other files, report the held-out one")
     args = parser.parse_args()
 
     files = [Path(f) for f in args.files.split(",") if f]
@@ -198,9 +208,85 @@ def main() -> int:
                 f"({seconds:.1f}s/run)",
                 flush=True,
             )
+    if not args.leave_one_out:
+        if args.out:
+            args.out.write_text(json.dumps(rows, indent=1))
+        return 0
+    if len(files) < 2:
+        print("--leave-one-out needs at least two files", file=sys.stderr)
+        return 2
+    loo = leave_one_out(rows)
+    print(loo_table(loo))
     if args.out:
-        args.out.write_text(json.dumps(rows, indent=1))
+        args.out.write_text(json.dumps({"runs": rows, "leave_one_out": loo}, indent=1))
     return 0
+
+
+def selection_score(run: dict[str, object]) -> float:
+    """What a candidate is chosen by: its mean median fraction over the budgets."""
+    results = run["results"]
+    assert isinstance(results, list)
+    return float(np.mean([r["median_fraction"] for r in results]))
+
+
+def leave_one_out(rows: list[dict[str, object]]) -> dict[str, object]:
+    """For each file, the candidate best on the other files and its held-out results.
+
+    Args:
+        rows: One run per (file, candidate), as ``main`` records them.
+
+    Returns:
+        ``{"held_out": [...], "worst": [...]}``: per file, the chosen candidate, its
+        selection scores on the other files (every candidate's) and its results on the
+        file; per budget, the worst held-out file's median and which file it is.
+    """
+    runs: dict[str, dict[str, dict[str, object]]] = {}
+    for row in rows:
+        runs.setdefault(str(row["file"]), {})[str(row["sampler"])] = row
+    files = list(runs)
+    candidates = list(runs[files[0]])
+    held_out = []
+    for held in files:
+        others = [f for f in files if f != held]
+        scores = {c: float(np.mean([selection_score(runs[f][c]) for f in others]))
+                  for c in candidates}
+        # Ties go to the candidate listed first.
+        chosen = max(candidates, key=lambda c: (scores[c], -candidates.index(c)))
+        run = runs[held][chosen]
+        held_out.append({
+            "file": held, "chosen": chosen, "scores_on_others": scores,
+            "repeats": run["repeats"], "results": run["results"],
+        })
+    worst = []
+    for i, result in enumerate(held_out[0]["results"]):  # type: ignore[arg-type]
+        cells = [(h["results"][i]["median_fraction"], h["file"]) for h in held_out]  # type: ignore[index]
+        value, where = min(cells)
+        worst.append({"budget": result["budget"], "median_fraction": value, "file": where,
+                      "random_median_fraction": min(
+                          h["results"][i]["random_median_fraction"] for h in held_out)})  # type: ignore[index]
+    return {"candidates": candidates, "held_out": held_out, "worst": worst}
+
+
+def loo_table(loo: dict[str, object]) -> str:
+    """The leave-one-out result as a Markdown table (median [q25-q75] / random median)."""
+    held_out = loo["held_out"]
+    assert isinstance(held_out, list)
+    budgets = [r["budget"] for r in held_out[0]["results"]]
+    lines = [
+        "| held-out file | chosen on the others | seeds | "
+        + " | ".join(f"{b} evals" for b in budgets) + " |",
+        "|---|---|---|" + "---|" * len(budgets),
+    ]
+    for h in held_out:
+        cells = [f"{r['median_fraction']:.3f} [{r['q25_fraction']:.2f}-{r['q75_fraction']:.2f}]"
+                 f" / r {r['random_median_fraction']:.3f}" for r in h["results"]]
+        lines.append(f"| {h['file']} | {h['chosen']} | {h['repeats']} | " + " | ".join(cells)
+                     + " |")
+    worst = loo["worst"]
+    assert isinstance(worst, list)
+    lines.append("| **worst held-out** | | | " + " | ".join(
+        f"**{w['median_fraction']:.3f}** ({w['file']})" for w in worst) + " |")
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":

@@ -436,12 +436,14 @@ class Search:
             self.study.tell(number, state=TrialState.FAIL, skip_if_finished=True)
 
     def _skip(self, tid: int, status: str) -> None:
+        """End a trial that was not an evaluation. PRUNED, not FAIL: dashboards and
+        ``trials_dataframe()`` count FAIL trials as failed evaluations."""
         try:
             self.storage.set_trial_user_attr(tid, STATUS_KEY, status)
         except UpdateFinishedTrialError:
             return
         number = self.storage.get_trial_number_from_id(tid)
-        self.study.tell(number, state=TrialState.FAIL, skip_if_finished=True)
+        self.study.tell(number, state=TrialState.PRUNED, skip_if_finished=True)
 
     def _recover_abandoned(self) -> None:
         if not self._shared:

@@ -3,11 +3,13 @@
 * ``OK``: state COMPLETE, value = time.
 * ``FAIL`` / ``INVALID``: state FAIL (never Optuna's best), with the reason in user
   attributes.
-* Trials that were not evaluations are state FAIL with a ``spectune.status`` of
-  ``duplicate`` (config already evaluated or running), ``outside`` (enqueued config
-  not in the space), ``abandoned`` (its worker died), ``interrupted`` (stopped by an
-  exception such as KeyboardInterrupt), ``surplus`` (beyond ``max_evals``) or
-  ``exhausted`` (nothing left to propose); they are not charged.
+* Trials that were not evaluations are not charged: state PRUNED (never counted as
+  failures by Optuna's dashboard or ``trials_dataframe()``) with a ``spectune.status``
+  of ``duplicate`` (config already evaluated or running), ``outside`` (enqueued config
+  not in the space), ``interrupted`` (stopped by an exception such as
+  KeyboardInterrupt), ``surplus`` (beyond ``max_evals``) or ``exhausted`` (nothing left
+  to propose); or state FAIL with ``abandoned`` (its worker died: a failure, retried).
+  Studies written before skips were PRUNED hold them as FAIL: read alike.
 
 Every trial carries ``spectune.status``; failed and invalid ones also
 ``spectune.failure`` / ``spectune.message``; charged ones ``spectune.cost``.

@@ -42,6 +42,9 @@ class SpaceSampler(optuna.samplers.BaseSampler):
         self.index = index
         self.strategy = strategy
         self.rng = np.random.default_rng(seed)
+        # One random sampler, seeded once: a parameter that is not one of the index's
+        # (another sampler's) is drawn reproducibly.
+        self._random = optuna.samplers.RandomSampler(seed=seed)
         self._space = {n: d for n, d in index.distributions.items() if not d.single()}
 
     def infer_relative_search_space(
@@ -80,9 +83,8 @@ class SpaceSampler(optuna.samplers.BaseSampler):
     ) -> Any:
         choices = getattr(param_distribution, "choices", None)
         if choices is None:  # not one of ours; let Optuna's random sampler answer
-            return optuna.samplers.RandomSampler().sample_independent(
-                study, trial, param_name, param_distribution
-            )
+            return self._random.sample_independent(study, trial, param_name,
+                                                   param_distribution)
         return choices[int(self.rng.integers(len(choices)))]
 
     def before_trial(self, study: optuna.Study, trial: FrozenTrial) -> None:
@@ -99,6 +101,7 @@ class SpaceSampler(optuna.samplers.BaseSampler):
 
     def reseed_rng(self) -> None:
         self.rng = np.random.default_rng()
+        self._random.reseed_rng()
 
 
 def read_history(study: optuna.Study, index: SpaceIndex, *, exclude: int = -1) -> History:

@@ -27,6 +27,8 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 import optuna
+from optuna.distributions import BaseDistribution, IntDistribution
+from optuna.study import StudyDirection
 from optuna.trial import FrozenTrial, TrialState
 
 from spectune.autotune._gp import GaussianProcess, expected_improvement
@@ -236,6 +238,15 @@ class InterleavedStrategy(Strategy):
 class OptunaStrategy(Strategy):
     """Proposals of an Optuna sampler, kept inside the space and unseen.
 
+    The sampler works in a study of its own, rebuilt from the history at each proposal,
+    in which every parameter is the position of its value in the parameter's ordered
+    value list (an ``IntDistribution``): tile sizes, splits and warps are ordered
+    quantities, and a sampler that models ordered integers (TPE's Parzen estimators, a
+    GP's kernels) then sees that 2048 lies between 1024 and 4096, which a categorical
+    would hide; power-of-two lists become evenly spaced, on a log scale. Charged
+    evaluations are its finished trials (failed and invalid ones as FAIL); rows other
+    workers are evaluating are its running ones.
+
     A proposal outside the space or already seen is resampled up to ``tries`` times,
     then repaired: the available configuration nearest to it (fewest differing
     parameters, then smallest ordinal distance) is used.
@@ -252,35 +263,57 @@ class OptunaStrategy(Strategy):
         self.name = name
 
     def propose(self, ctx: ProposalContext) -> int | None:
-        index, study, trial = ctx.index, ctx.study, ctx.trial
-        dists = {n: d for n, d in index.distributions.items() if not d.single()}
+        index = ctx.index
+        columns = [j for j, card in enumerate(index.cards) if card > 1]
+        dists: dict[str, BaseDistribution] = {
+            index.names[j]: IntDistribution(0, int(index.cards[j]) - 1) for j in columns
+        }
+        shadow = self._shadow(ctx, columns, dists)
         wanted: dict[str, int] = {}
         for _ in range(self.tries):
-            relative = self.sampler.infer_relative_search_space(study, trial)
-            relative = {n: d for n, d in relative.items() if n in dists}
-            wanted = dict(self.sampler.sample_relative(study, trial, relative)) if relative else {}
-            for n, d in dists.items():
-                if n not in wanted:
-                    wanted[n] = self.sampler.sample_independent(study, trial, n, d)
-            for n, d in index.distributions.items():
-                if d.single():
-                    wanted[n] = d.choices[0]  # type: ignore[attr-defined]
+            positions = shadow.ask(dists).params
+            # Clamped: a sampler may answer outside the distribution it was given.
+            grid_row = [
+                min(max(int(positions[index.names[j]]), 0), int(index.cards[j]) - 1)
+                if j in columns else 0
+                for j in range(len(index.names))
+            ]
+            wanted = {
+                n: int(vals[i])
+                for n, vals, i in zip(index.names, index.values, grid_row, strict=True)
+            }
             row = index.row(wanted)
             if row is not None and ctx.available[row]:
                 return row
         return _nearest(ctx, wanted)
 
-    def before_trial(self, study: optuna.Study, trial: FrozenTrial) -> None:
-        self.sampler.before_trial(study, trial)
-
-    def after_trial(
-        self,
-        study: optuna.Study,
-        trial: FrozenTrial,
-        state: TrialState,
-        values: Sequence[float] | None,
-    ) -> None:
-        self.sampler.after_trial(study, trial, state, values)
+    def _shadow(
+        self, ctx: ProposalContext, columns: list[int], dists: dict[str, BaseDistribution]
+    ) -> optuna.Study:
+        """The sampler's study: the history, in ordinal positions."""
+        index, history = ctx.index, ctx.history
+        names = [index.names[j] for j in columns]
+        # Built by hand, not by optuna.create_study: that logs a line per study.
+        storage = optuna.storages.InMemoryStorage()
+        name = storage.get_study_name_from_id(
+            storage.create_new_study([StudyDirection.MINIMIZE], study_name=f"{self.name}-shadow")
+        )
+        shadow = optuna.Study(study_name=name, storage=storage, sampler=self.sampler)
+        trials = []
+        for row, time in zip(history.rows.tolist(), history.times.tolist(), strict=True):
+            params = dict(zip(names, index.grid[row, columns].tolist(), strict=True))
+            finished = not np.isnan(time)
+            trials.append(optuna.trial.create_trial(
+                params=params, distributions=dists,
+                value=time if finished else None,
+                state=TrialState.COMPLETE if finished else TrialState.FAIL,
+            ))
+        for row in history.pending.tolist():
+            params = dict(zip(names, index.grid[row, columns].tolist(), strict=True))
+            trials.append(optuna.trial.create_trial(params=params, distributions=dists,
+                                                    state=TrialState.RUNNING))
+        shadow.add_trials(trials)
+        return shadow
 
 
 def _nearest(ctx: ProposalContext, wanted: dict[str, int]) -> int:
@@ -335,6 +368,9 @@ STRATEGIES: dict[str, Callable[[int | None], Strategy]] = {
     "gp-tr": lambda seed: GPStrategy(radius=2, failures="worst"),
     "gp": lambda seed: GPStrategy(radius=None, failures="worst"),
     "tpe": lambda seed: OptunaStrategy(_tpe(seed), name="tpe"),
+    # Optuna's own GP (a peer for benchmarks), on the ordered positions.
+    "optuna-gp": lambda seed: OptunaStrategy(optuna.samplers.GPSampler(seed=seed),
+                                             name="optuna-gp"),
     "random": lambda seed: RandomStrategy(),
 }
 STRATEGIES["auto"] = STRATEGIES["gp-ts"]

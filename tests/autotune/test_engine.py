@@ -50,7 +50,11 @@ def test_only_valid_configs_each_once_until_exhausted() -> None:
 
 
 class _StuckSampler(optuna.samplers.BaseSampler):
-    """Always proposes the same (invalid) config: the engine must repair, not loop."""
+    """Always proposes the same (invalid) config: the engine must repair, not loop.
+
+    A wrapped sampler proposes positions in each parameter's ordered value list: a at
+    position 2 and b at 3 is the config (4, 4).
+    """
 
     def infer_relative_search_space(self, study, trial):  # type: ignore[no-untyped-def]
         return {}
@@ -59,7 +63,7 @@ class _StuckSampler(optuna.samplers.BaseSampler):
         return {}
 
     def sample_independent(self, study, trial, name, dist):  # type: ignore[no-untyped-def]
-        return {"a": 4, "b": 4}[name]
+        return {"a": 2, "b": 3}[name]
 
 
 def test_a_sampler_repeating_itself_is_repaired_and_cannot_loop() -> None:
@@ -271,3 +275,20 @@ def test_interleaved_strategy_takes_turns() -> None:
     result = search(bowl_objective, space=grid_space(), sampler=strategy, max_evals=9)
     assert len(result.history) == 9
     assert picks == ["main", "main", "explorer"] * 3
+
+
+def test_skipped_proposals_are_pruned_not_failed() -> None:
+    """A proposal that is not evaluated (here an enqueued duplicate) ends PRUNED with its
+    reason: Optuna's dashboard and ``trials_dataframe()`` count FAIL trials as failures."""
+    space = tiny_space()
+    engine = Search(space=space, seed=0)
+    engine.run(lambda c: Outcome.ok(1.0), max_evals=2)
+    done = engine.study.get_trials()[0].params
+    engine.study.enqueue_trial(done)
+    engine.run(lambda c: Outcome.ok(1.0), max_evals=3)
+    trials = engine.study.get_trials()
+    skipped = [t for t in trials if t.user_attrs.get("spectune.status") == "duplicate"]
+    assert len(skipped) == 1 and skipped[0].state == TrialState.PRUNED
+    states = [t.state for t in trials]
+    assert states.count(TrialState.FAIL) == 0
+    assert states.count(TrialState.COMPLETE) == 3

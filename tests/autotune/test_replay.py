@@ -144,3 +144,42 @@ def test_replay_validates_arguments(small_file: Path) -> None:
         replay(small_file, repeats=0)
     with pytest.raises(ValueError, match="sampler"):
         replay(small_file, sampler="annealing")
+
+
+def test_bench_replay_leave_one_out_chooses_on_the_other_files(tmp_path: Path) -> None:
+    """benchmarks/bench_replay.py --leave-one-out: for each file, the candidate best on
+    the others is chosen and reported on the file left out; the worst held-out file is
+    the figure per budget."""
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[2]
+    out = tmp_path / "loo.json"
+    done = subprocess.run(
+        [sys.executable, "benchmarks/bench_replay.py", "--leave-one-out", "--no-shared",
+         "--synthetic", "3", "--repeats", "2", "--budget", "20", "--samplers",
+         "random,gp-tr", "--out", str(out)],
+        cwd=root, capture_output=True, text=True, timeout=600, check=False,
+    )
+    assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
+    report = json.loads(out.read_text())
+    loo, runs = report["leave_one_out"], report["runs"]
+    assert loo["candidates"] == ["random", "gp-tr"]
+    files = [h["file"] for h in loo["held_out"]]
+    assert files == ["synthetic0", "synthetic1", "synthetic2"]
+
+    def score(file: str, sampler: str) -> float:
+        run = next(r for r in runs if r["file"] == file and r["sampler"] == sampler)
+        return sum(b["median_fraction"] for b in run["results"]) / len(run["results"])
+
+    for held in loo["held_out"]:
+        others = [f for f in files if f != held["file"]]
+        mean = {c: sum(score(f, c) for f in others) / len(others) for c in loo["candidates"]}
+        assert held["chosen"] == max(loo["candidates"], key=lambda c: (mean[c], c == "random"))
+        own = next(r for r in runs if r["file"] == held["file"] and r["sampler"] == held["chosen"])
+        assert held["results"] == own["results"]  # reported on the file it never saw
+    for i, worst in enumerate(loo["worst"]):
+        assert worst["budget"] == [10, 20][i]
+        assert worst["median_fraction"] == min(
+            h["results"][i]["median_fraction"] for h in loo["held_out"])
+    assert "| **worst held-out** |" in done.stdout

@@ -199,3 +199,85 @@ def test_failures_next_to_the_fastest_configurations_do_not_make_them_look_slow(
         # by more than 0.3 in log-time.
         assert len(strategy._gp._x) == 7
         assert mean[10] > np.log(2.0) + 0.3
+
+
+# --------------------------------------------------------------------------------------
+# Wrapped Optuna samplers
+# --------------------------------------------------------------------------------------
+
+
+class _Recording(optuna.samplers.RandomSampler):
+    """Optuna's random sampler, recording the distributions and trials it is shown."""
+
+    def __init__(self, seed: int) -> None:
+        super().__init__(seed=seed)
+        self.shown: list[dict[str, optuna.distributions.BaseDistribution]] = []
+        self.finished: list[int] = []
+
+    def sample_independent(self, study, trial, name, dist):  # type: ignore[no-untyped-def]
+        if not self.shown or name in self.shown[-1]:
+            self.shown.append({})
+            states = [t.state for t in study.get_trials(deepcopy=False)]
+            self.finished.append(sum(s.is_finished() for s in states))
+        self.shown[-1][name] = dist
+        return super().sample_independent(study, trial, name, dist)
+
+
+def _ordered_space() -> SearchSpace:
+    return SearchSpace(params=(
+        Param("BLOCK", (256, 512, 1024, 2048, 4096), power_of_two=True),
+        Param("STAGES", (1, 2, 3)),
+        Param("ONE", (7,)),
+    ))
+
+
+def test_a_wrapped_sampler_sees_ordered_positions_not_categories() -> None:
+    from spectune.autotune._strategies import OptunaStrategy
+
+    recording = _Recording(seed=0)
+    strategy = OptunaStrategy(recording, name="recording")
+    space = _ordered_space()
+    engine_result = search(lambda c: Outcome.ok(float(c["BLOCK"] + c["STAGES"])), space=space,
+                           sampler=strategy, max_evals=6)
+    assert len(engine_result.history) == 6
+    for shown in recording.shown:
+        # Single-valued parameters are not asked; the others are ordinal integers.
+        assert set(shown) == {"BLOCK", "STAGES"}
+        assert shown["BLOCK"] == optuna.distributions.IntDistribution(0, 4)
+        assert shown["STAGES"] == optuna.distributions.IntDistribution(0, 2)
+    # Its study holds the charged evaluations made before each proposal (a proposal
+    # that lands on a seen config is asked again, on the same history).
+    assert recording.finished == sorted(recording.finished)
+    assert recording.finished[0] == 0 and recording.finished[-1] == 5
+
+
+def test_tpe_runs_on_ordered_positions_and_stays_reproducible() -> None:
+    space = _ordered_space()
+
+    def objective(config: Mapping[str, int]) -> Outcome:
+        return Outcome.ok(abs(np.log2(config["BLOCK"]) - 10.0) + abs(config["STAGES"] - 2) + 1)
+
+    runs = [search(objective, space=space, sampler="tpe", seed=3, max_evals=12)
+            for _ in range(2)]
+    configs = [[r.config for r in run.history] for run in runs]
+    assert configs[0] == configs[1]
+    assert all(space.is_valid(c) for c in configs[0])
+    assert len({tuple(sorted(c.items())) for c in configs[0]}) == 12  # never repeated
+
+
+def test_space_sampler_draws_foreign_parameters_reproducibly() -> None:
+    """A parameter that is not the index's is drawn by one seeded random sampler (not a
+    fresh unseeded one per call)."""
+    from spectune.autotune._sampler import SpaceSampler
+    from spectune.autotune._strategies import RandomStrategy
+
+    index = SpaceIndex(_ordered_space())
+    foreign = optuna.distributions.FloatDistribution(0.0, 1.0)
+
+    def draws(seed: int) -> list[float]:
+        sampler = SpaceSampler(index, RandomStrategy(), seed=seed)
+        study = optuna.create_study(sampler=sampler)
+        return [study.ask({"extra": foreign}).params["extra"] for _ in range(5)]
+
+    assert draws(1) == draws(1)
+    assert draws(1) != draws(2)
