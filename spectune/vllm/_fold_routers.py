@@ -52,6 +52,10 @@ _RUNNER = "sampling parameters folded into verification"
 class V1FoldRouter(SeamRouter):
     """V1's ``apply_sampling_constraints``, deferred into the verification that follows.
 
+    Deferring is sound because vLLM 0.32 calls it in one place, ``RejectionSampler.
+    forward``, whose next step passes its result to ``rejection_sample`` (the
+    verification router's), which folds the kept parameters or applies them first.
+
     Args:
         module: ``vllm.v1.sample.rejection_sampler``.
         kernel: The folded family the verification router launches.

@@ -139,6 +139,28 @@ V1_CASES = {
 }
 
 
+def test_v1_apply_sampling_constraints_has_one_caller_right_before_verification() -> None:
+    """What makes deferring V1's step sound: vLLM calls it once, in
+    ``RejectionSampler.forward``, and hands its result to ``rejection_sample`` next."""
+    import inspect
+    import pathlib
+
+    import vllm
+
+    callers = [
+        path for path in pathlib.Path(vllm.__file__).parent.rglob("*.py")
+        if "apply_sampling_constraints(" in path.read_text(encoding="utf-8").replace(
+            "def apply_sampling_constraints(", "")
+    ]
+    assert [p.name for p in callers] == ["rejection_sampler.py"]
+    assert callers[0].parent.name == "sample"
+    forward = inspect.getsource(rs.RejectionSampler.forward)
+    after = forward.split("target_logits = apply_sampling_constraints(", 1)[1]
+    between = after.split("rejection_sample(", 1)[0]
+    # Nothing runs between the two calls.
+    assert between.split(")", 1)[1].strip() == "output_token_ids ="
+
+
 @pytest.mark.parametrize("case", list(V1_CASES))
 def test_v1_forward_folded_equals_vllm(v1_router: Router, case: str) -> None:
     top_k, top_p = V1_CASES[case]
