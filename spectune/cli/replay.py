@@ -73,6 +73,19 @@ def _replay_strategies() -> list[str]:
     show_default=True,
     help="Processes running seeds in parallel.",
 )
+@click.option(
+    "--prior",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="Another recorded space (the same kernel elsewhere): its fastest configurations "
+    "are evaluated first; the runs without it are reported beside.",
+)
+@click.option(
+    "--prior-top",
+    type=click.IntRange(min=1),
+    default=5,
+    show_default=True,
+    help="How many of the prior's fastest configurations to start from.",
+)
 def replay(
     file: Path,
     budget: int,
@@ -83,6 +96,8 @@ def replay(
     plot: Path | None,
     as_json: bool,
     workers: int,
+    prior: Path | None,
+    prior_top: int,
 ) -> None:
     """Replay the search engine on a fully measured space in T4 format (FILE.json.gz).
 
@@ -91,7 +106,16 @@ def replay(
     found), beside random search on the same budgets.
     """
     _one_blas_thread()
-    run_replay = import_tuner("spectune.autotune.replay", command="replay").replay
+    replay_module = import_tuner("spectune.autotune.replay", command="replay")
+    run_replay = replay_module.replay
+    warm_start: list[dict[str, int]] = []
+    if prior is not None:
+        try:
+            warm_start = replay_module.prior_configs(
+                replay_module.load_t4(prior), replay_module.load_t4(file), top=prior_top
+            )
+        except (ValueError, KeyError) as exc:
+            raise click.ClickException(f"{prior}: {exc}") from exc
     if plot is not None:
         import_tuner("matplotlib", command="replay")
     from rich.console import Console
@@ -106,20 +130,37 @@ def replay(
         console=err,
         transient=True,
     ) as bar:
-        task = bar.add_task(f"replay {file.name}", total=2 * repeats)
+        runs = 2 if prior is not None else 1
+        task = bar.add_task(f"replay {file.name}", total=2 * repeats * runs)
+        reports = []
         try:
-            report = run_replay(
-                file,
-                budget=budget,
-                repeats=repeats,
-                sampler=sampler,
-                seed=seed,
-                noisy=noisy,
-                workers=workers,
-                progress=lambda done: bar.update(task, completed=done),
-            )
+            for i, start in enumerate([warm_start, []][:runs]):
+                reports.append(run_replay(
+                    file,
+                    budget=budget,
+                    repeats=repeats,
+                    sampler=sampler,
+                    seed=seed,
+                    noisy=noisy,
+                    workers=workers,
+                    progress=lambda done, i=i: bar.update(task, completed=i * 2 * repeats + done),
+                    warm_start=start,
+                ))
         except (ValueError, KeyError) as exc:
             raise click.ClickException(f"{file}: {exc}") from exc
+    report = reports[0]
+    if prior is not None:
+        without = reports[1]
+        if as_json:
+            click.echo(json.dumps({"prior": str(prior), "prior_configs": len(warm_start),
+                                   "with_prior": report.to_json(),
+                                   "without_prior": without.to_json()}))
+        else:
+            _prior_table(report, without, prior, len(warm_start), Console())
+        if plot is not None:
+            _plot(report, plot)
+            err.print(f"plot written to {plot}")
+        return
     if plot is not None:
         _plot(report, plot)
     if as_json:
@@ -150,6 +191,23 @@ def _table(report: ReplayReport, console: Console) -> None:
             f"{r.random_median_fraction:.3f}",
             f"{r.random_q25_fraction:.3f}-{r.random_q75_fraction:.3f}",
         )
+    console.print(table)
+
+
+def _prior_table(with_prior: ReplayReport, without: ReplayReport, prior: Path, used: int,
+                 console: Console) -> None:
+    from rich.table import Table
+
+    title = (f"{Path(with_prior.file).name} with prior {prior.name} ({used} configurations "
+             f"first), sampler {with_prior.sampler}, {with_prior.repeats} seeds")
+    table = Table(title=title)
+    for col in ("budget", "with prior", "without", "gain", "random"):
+        table.add_column(col, justify="right")
+    for a, b in zip(with_prior.results, without.results, strict=True):
+        gain = a.median_fraction - b.median_fraction
+        table.add_row(str(a.budget), f"{a.median_fraction:.3f}", f"{b.median_fraction:.3f}",
+                      f"[{'green' if gain >= 0 else 'red'}]{gain:+.3f}[/]",
+                      f"{a.random_median_fraction:.3f}")
     console.print(table)
 
 

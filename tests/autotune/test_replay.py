@@ -14,6 +14,7 @@ from spectune.autotune.replay import (
     SyntheticSpec,
     engine_run,
     load_t4,
+    prior_configs,
     random_run,
     replay,
     write_synthetic,
@@ -183,3 +184,49 @@ def test_bench_replay_leave_one_out_chooses_on_the_other_files(tmp_path: Path) -
         assert worst["median_fraction"] == min(
             h["results"][i]["median_fraction"] for h in loo["held_out"])
     assert "| **worst held-out** |" in done.stdout
+
+
+def test_prior_configs_are_the_priors_fastest_the_target_holds(tmp_path: Path) -> None:
+    prior = load_t4(write_synthetic(tmp_path / "a_T4.json.gz", SMALL, seed=5))
+    target = load_t4(write_synthetic(tmp_path / "b_T4.json.gz", SMALL, seed=6))
+    configs = prior_configs(prior, target, top=3)
+    fastest = sorted((r.time, k) for k, r in prior.records.items() if r.ok)
+    held = [dict(zip(prior.space.names, k, strict=True)) for _, k in fastest
+            if k in target.records]
+    assert configs == held[:3]
+    # Another kernel (other parameters): nothing transfers, nothing is charged.
+    other = SyntheticSpec(tiles=1, knobs=2, switches=0, interactions=1, roughness=0.05,
+                          fail_fraction=0.1, max_configs=200)
+    unrelated = load_t4(write_synthetic(tmp_path / "c_T4.json.gz", other, seed=7))
+    assert set(unrelated.space.names) != set(target.space.names)
+    assert prior_configs(unrelated, target) == []
+    with pytest.raises(ValueError, match="top"):
+        prior_configs(prior, target, top=0)
+
+
+def test_replay_with_a_prior_evaluates_its_configs_first_and_reports_both(
+    tmp_path: Path,
+) -> None:
+    prior_file = write_synthetic(tmp_path / "a_T4.json.gz", SMALL, seed=5)
+    target_file = write_synthetic(tmp_path / "b_T4.json.gz", SMALL, seed=6)
+    target = load_t4(target_file)
+    first = prior_configs(load_t4(prior_file), target, top=1)
+    report = replay(target_file, budget=10, repeats=2, warm_start=first)
+    # Every run starts with the prior's best: its fraction of the optimum at once.
+    record = target.lookup(first[0])
+    expected = target.optimum / record.time if record.ok else 0.0
+    assert np.allclose(report.engine_curves[:, 0], expected)
+
+    result = CliRunner().invoke(main, ["replay", str(target_file), "--prior", str(prior_file),
+                                       "--prior-top", "1", "--budget", "10", "--repeats", "2",
+                                       "--json"])
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.stdout)
+    assert list(doc) == ["prior", "prior_configs", "with_prior", "without_prior"]
+    assert doc["prior_configs"] == 1
+    assert doc["with_prior"]["results"][0]["median_fraction"] == pytest.approx(
+        float(np.median(report.engine_curves[:, 9])))
+    table = CliRunner().invoke(main, ["replay", str(target_file), "--prior", str(prior_file),
+                                      "--budget", "10", "--repeats", "2"])
+    assert table.exit_code == 0, table.output
+    assert "with prior" in table.output and "gain" in table.output

@@ -13,6 +13,7 @@ Modules: ``_t4`` (the file format), ``_runs`` (engine and random runs), ``_score
 
 from __future__ import annotations
 
+from spectune.autotune.replay._prior import prior_configs
 from spectune.autotune.replay._runs import StrategyFactory, engine_run, random_run, replay
 from spectune.autotune.replay._scores import (
     BUDGETS,
@@ -37,6 +38,7 @@ __all__ = [
     "fraction_curve",
     "load_t4",
     "make_synthetic",
+    "prior_configs",
     "random_run",
     "replay",
     "write_synthetic",

@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 import multiprocessing
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -49,6 +49,7 @@ def replay(
     noisy: bool = False,
     workers: int = 1,
     progress: Callable[[int], None] | None = None,
+    warm_start: Sequence[Mapping[str, int]] = (),
 ) -> ReplayReport:
     """Replay the engine and random search on a recorded space.
 
@@ -64,6 +65,8 @@ def replay(
         workers: Processes running seeds in parallel.
         progress: Called with the number of runs finished, after each (engine and
             random runs count alike; ``2 * repeats`` in all).
+        warm_start: Configurations every engine run evaluates first, charged (a prior:
+            :func:`~spectune.autotune.replay.prior_configs`); random search gets none.
 
     Raises:
         ValueError: naming the argument, for a non-positive budget, repeats or workers,
@@ -93,7 +96,8 @@ def replay(
         index = SpaceIndex(space.space)
         for s in seeds:
             engine.append(
-                engine_run(space, budget=budget, sampler=sampler, seed=s, noisy=noisy, index=index)
+                engine_run(space, budget=budget, sampler=sampler, seed=s, noisy=noisy,
+                           index=index, warm_start=warm_start)
             )
             tick()
         for s in seeds:
@@ -104,7 +108,8 @@ def replay(
         with ProcessPoolExecutor(
             max_workers=workers, mp_context=ctx, initializer=_init_worker, initargs=(space,)
         ) as pool:
-            futures = [pool.submit(_engine_job, budget, sampler, s, noisy) for s in seeds]
+            futures = [pool.submit(_engine_job, budget, sampler, s, noisy, list(warm_start))
+                       for s in seeds]
             rfutures = [pool.submit(_random_job, budget, s, noisy) for s in seeds]
             for f in futures:
                 engine.append(f.result())
@@ -136,6 +141,7 @@ def engine_run(
     seed: int,
     noisy: bool = False,
     index: SpaceIndex | None = None,
+    warm_start: Sequence[Mapping[str, int]] = (),
 ) -> tuple[np.ndarray, float]:
     """One engine run on a recorded space.
 
@@ -147,6 +153,7 @@ def engine_run(
         noisy: Answer with one recorded run instead of the mean, charging the recorded
             compile time and runtime.
         index: The space's enumeration, to reuse one across runs.
+        warm_start: Configurations evaluated first (charged), in order.
 
     Returns:
         The fraction of the optimum after each evaluation, and the seconds charged.
@@ -167,7 +174,8 @@ def engine_run(
         return Outcome.ok(value, cost=charged + (value / 1000.0 if noisy else 0.0))
 
     strategy = sampler if isinstance(sampler, str) else sampler(seed)
-    engine = Search(space=index or space.space, sampler=strategy, seed=seed)
+    engine = Search(space=index or space.space, sampler=strategy, seed=seed,
+                    warm_start=list(warm_start))
     result = engine.run(objective, max_evals=budget)
     return fraction_curve(observed, optimum=space.optimum, budget=budget), float(result.spent)
 
@@ -218,7 +226,8 @@ def _init_worker(space: RecordedSpace) -> None:
 
 
 def _engine_job(
-    budget: int, sampler: str | StrategyFactory, seed: int, noisy: bool
+    budget: int, sampler: str | StrategyFactory, seed: int, noisy: bool,
+    warm_start: Sequence[Mapping[str, int]] = (),
 ) -> tuple[np.ndarray, float]:
     return engine_run(
         _WORKER_SPACE["space"],
@@ -227,6 +236,7 @@ def _engine_job(
         seed=seed,
         noisy=noisy,
         index=_WORKER_SPACE.get("index"),
+        warm_start=warm_start,
     )
 
 
