@@ -28,7 +28,7 @@ import triton.language as tl
 
 from spectune.kernels._truncation import divide, order_key, processed_threshold
 
-__all__ = ["FoldedRows", "fold", "fold_rows", "load_folded"]
+__all__ = ["FoldedRows", "fold", "fold_rows", "load_folded", "row_fold"]
 
 
 @triton.jit
@@ -39,6 +39,20 @@ def fold(x, temp, min_value, threshold, DIV: tl.constexpr):
     x = divide(x, temp, DIV)
     x = tl.where(x < min_value, float("-inf"), x)
     return tl.where(order_key(x) < threshold, float("-inf"), x)
+
+
+@triton.jit
+def row_fold(fold_temp_ptr, fold_min_ptr, fold_key_ptr, row, FOLD: tl.constexpr):
+    """Row ``row``'s fold parameters (:func:`fold_rows`' outputs) when ``FOLD``, else the
+    values that leave a logit as it is: ``(temp, min_value, threshold)``."""
+    temp = tl.full((), 1.0, tl.float32)
+    min_value = tl.full((), float("-inf"), tl.float32)
+    threshold = order_key(min_value)
+    if FOLD:
+        temp = tl.load(fold_temp_ptr + row)
+        min_value = tl.load(fold_min_ptr + row)
+        threshold = tl.load(fold_key_ptr + row)
+    return temp, min_value, threshold
 
 
 @triton.jit

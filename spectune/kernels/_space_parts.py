@@ -18,6 +18,7 @@ __all__ = [
     "FOLD_DEFAULTS",
     "NUM_STAGES",
     "NUM_WARPS",
+    "PIVOTS",
     "SPLITS",
     "TILES",
     "WAVES_PER_EU",
@@ -25,6 +26,7 @@ __all__ = [
     "folded_space",
     "lanes_constraint",
     "launch_defaults",
+    "pivots_constraint",
     "rows_problem",
     "split_rows_default",
     "split_rows_space",
@@ -84,6 +86,19 @@ FOLD_DEFAULTS = {"BLOCK_T": 2048, "PIVOTS": 16}
 # One search pass compares a whole tile against every pivot: a PIVOTS x tile block.
 _MAX_PIVOT_BLOCK = 2**17
 
+#: Candidate thresholds each pass of the exact top-k/top-p search tests
+#: (:mod:`spectune.kernels._truncation`).
+PIVOTS = Param("PIVOTS", (4, 8, 16, 32, 64), power_of_two=True,
+               doc="candidate thresholds one pass over the row tests (fewer passes, "
+                   "more compares per logit)")
+
+
+def pivots_constraint(tile: str) -> Constraint:
+    """A threshold-search pass's compare block, ``PIVOTS`` x the ``tile`` parameter,
+    stays within what one program holds."""
+    return Constraint(f"PIVOTS * {tile} <= {_MAX_PIVOT_BLOCK}: the compare block of a pass",
+                      lambda c: c["PIVOTS"] * c[tile] <= _MAX_PIVOT_BLOCK)
+
 
 def folded_space(space: SearchSpace) -> SearchSpace:
     """A verification family's space with its sampling parameters folded in: the
@@ -93,16 +108,14 @@ def folded_space(space: SearchSpace) -> SearchSpace:
         Param("BLOCK_T", TILES, power_of_two=True,
               doc="vocab tile of the pre-pass that finds each row's min-p and "
                   "top-k/top-p thresholds"),
-        Param("PIVOTS", (4, 8, 16, 32, 64), power_of_two=True,
-              doc="candidate thresholds one pre-pass pass tests"),
+        PIVOTS,
     )
     return SearchSpace(
         params=(*space.params[:-3], *fold_params, *space.params[-3:]),
         constraints=(
             *space.constraints,
             lanes_constraint("BLOCK_T"),
-            Constraint(f"PIVOTS * BLOCK_T <= {_MAX_PIVOT_BLOCK}: the compare block of a pass",
-                       lambda c: c["PIVOTS"] * c["BLOCK_T"] <= _MAX_PIVOT_BLOCK),
+            pivots_constraint("BLOCK_T"),
         ),
     )
 

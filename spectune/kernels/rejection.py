@@ -52,11 +52,11 @@ import triton
 import triton.language as tl
 
 from spectune.kernels import rejection_folded_space as _folded_space
-from spectune.kernels._folding import FoldedRows, fold_rows, load_folded
+from spectune.kernels._folding import FoldedRows, fold_rows, load_folded, row_fold
 from spectune.kernels._launch import launch_config
 from spectune.kernels._reductions import argmax_of_parts, chunk_max, split_row
 from spectune.kernels._tensors import INDEX_DTYPES, LOGITS_DTYPES, require_tensor
-from spectune.kernels._truncation import ROUNDED_DIV, divide, order_key
+from spectune.kernels._truncation import ROUNDED_DIV, divide
 from spectune.kernels.rejection_constants import (
     COIN_HIGH_SHIFT,
     COIN_LOW_SHIFT,
@@ -94,19 +94,14 @@ def _request_of_row(row, cu_ptr, batch, BLOCK_B: tl.constexpr):
 
 
 @triton.jit
-def _row_fold(fold_temp_ptr, fold_min_ptr, fold_key_ptr, row, raw_max, FOLD: tl.constexpr):
+def _row_fold_max(fold_temp_ptr, fold_min_ptr, fold_key_ptr, row, raw_max, FOLD: tl.constexpr):
     """A random row's fold parameters (see :mod:`spectune.kernels._folding`) and the max
     of its processed logits. Dividing by a positive temperature keeps the order and
     neither min-p nor top-k/top-p drops the largest value, so that max is the raw max
     divided by the temperature."""
-    temp = tl.full((), 1.0, tl.float32)
-    min_value = tl.full((), float("-inf"), tl.float32)
-    threshold = order_key(min_value)
+    temp, min_value, threshold = row_fold(fold_temp_ptr, fold_min_ptr, fold_key_ptr, row, FOLD)
     row_max = raw_max
     if FOLD:
-        temp = tl.load(fold_temp_ptr + row)
-        min_value = tl.load(fold_min_ptr + row)
-        threshold = tl.load(fold_key_ptr + row)
         row_max = divide(raw_max, temp, FOLD)
     return temp, min_value, threshold, row_max
 
@@ -235,7 +230,7 @@ def _fused_row_kernel(
         req, start = _request_of_row(row, cu_ptr, batch, BLOCK_B)
         if not tl.load(greedy_ptr + req):
             draft = tl.load(draft_ptr + row).to(tl.int64)
-            temp, min_value, threshold, row_max = _row_fold(
+            temp, min_value, threshold, row_max = _row_fold_max(
                 fold_temp_ptr, fold_min_ptr, fold_key_ptr, row, row_max, FOLD
             )
             sum_fixed = _chunk_sum_fixed(
@@ -292,7 +287,7 @@ def _split_sum_kernel(
     row = pid // SPLITS
     req, _ = _request_of_row(row, cu_ptr, batch, BLOCK_B)
     if not tl.load(greedy_ptr + req):
-        temp, min_value, threshold, row_max = _row_fold(
+        temp, min_value, threshold, row_max = _row_fold_max(
             fold_temp_ptr, fold_min_ptr, fold_key_ptr, row,
             _row_max_from_parts(part_max_ptr, row, SPLITS, BLOCK_S), FOLD,
         )
@@ -320,7 +315,7 @@ def _split_recover_kernel(
     split = pid % SPLITS
     req, start = _request_of_row(row, cu_ptr, batch, BLOCK_B)
     if not tl.load(greedy_ptr + req):
-        temp, min_value, threshold, row_max = _row_fold(
+        temp, min_value, threshold, row_max = _row_fold_max(
             fold_temp_ptr, fold_min_ptr, fold_key_ptr, row,
             _row_max_from_parts(part_max_ptr, row, SPLITS, BLOCK_S), FOLD,
         )

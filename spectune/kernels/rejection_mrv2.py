@@ -62,11 +62,11 @@ import triton.language as tl
 
 from spectune.kernels import rejection_mrv2_folded_space as _folded_space
 from spectune.kernels._counter_rng import coin, gumbel_noise
-from spectune.kernels._folding import fold, fold_rows, load_folded
+from spectune.kernels._folding import fold, fold_rows, load_folded, row_fold
 from spectune.kernels._launch import launch_config
 from spectune.kernels._reductions import argmax_of_parts, chunk_max, split_row
 from spectune.kernels._tensors import INDEX_DTYPES, LOGITS_DTYPES, require_tensor
-from spectune.kernels._truncation import TRITON_DIV, order_key
+from spectune.kernels._truncation import TRITON_DIV
 from spectune.kernels.rejection_constants import FIXED_POINT_BITS, MAX_VOCAB
 from spectune.kernels.rejection_mrv2_constants import GROUP, PLACEHOLDER_TOKEN_ID
 from spectune.kernels.rejection_mrv2_space import default_config, problem_for, search_space
@@ -147,20 +147,6 @@ def _log1m(r):
 
 
 @triton.jit
-def _row_fold(fold_temp_ptr, fold_min_ptr, fold_key_ptr, row, FOLD: tl.constexpr):
-    """A random row's fold parameters (see :mod:`spectune.kernels._folding`); unfolded,
-    the values that leave a logit as it is."""
-    temp = tl.full((), 1.0, tl.float32)
-    min_value = tl.full((), float("-inf"), tl.float32)
-    threshold = order_key(min_value)
-    if FOLD:
-        temp = tl.load(fold_temp_ptr + row)
-        min_value = tl.load(fold_min_ptr + row)
-        threshold = tl.load(fold_key_ptr + row)
-    return temp, min_value, threshold
-
-
-@triton.jit
 def _row_of_program(pid, cu_ptr, SPLITS: tl.constexpr, STEPS: tl.constexpr):
     """(request, step, split, first row, drafts) of a program; step > drafts: no row."""
     split = pid % SPLITS
@@ -195,7 +181,7 @@ def _stats_kernel(
             tl.store(part_arg_ptr + row * SPLITS + split, best_idx)
         elif step < n_drafts:  # noqa: SIM102 (`and` would read past a bonus row's drafts)
             if tl.load(drafts_ptr + row + 1) >= 0:
-                f_temp, f_min, f_key = _row_fold(
+                f_temp, f_min, f_key = row_fold(
                     fold_temp_ptr, fold_min_ptr, fold_key_ptr, row, FOLD
                 )
                 _chunk_group_stats(
@@ -227,7 +213,7 @@ def _accepts(
     t_lse = _log_normaliser(
         t_gmax_ptr + row * n_groups, t_gsum_ptr + row * n_groups, n_groups, BLOCK_G, FRAC
     )
-    f_temp, f_min, f_key = _row_fold(fold_temp_ptr, fold_min_ptr, fold_key_ptr, row, FOLD)
+    f_temp, f_min, f_key = row_fold(fold_temp_ptr, fold_min_ptr, fold_key_ptr, row, FOLD)
     t_logp = load_folded(t_ptr + row * t_stride + draft, True, f_temp, f_min, f_key, FOLD)
     t_logp = t_logp - t_lse
     d_lse = tl.zeros((), tl.float32)
@@ -296,7 +282,7 @@ def _decide_kernel(
                 if split == 0:
                     tl.store(accept_ptr + row, accepted.to(tl.int8))
             if reached and not accepted:
-                f_temp, f_min, f_key = _row_fold(
+                f_temp, f_min, f_key = row_fold(
                     fold_temp_ptr, fold_min_ptr, fold_key_ptr, row, FOLD
                 )
                 offs = tl.arange(0, BLOCK_R)

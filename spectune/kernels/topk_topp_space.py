@@ -9,35 +9,28 @@ from __future__ import annotations
 from spectune.kernels._space_parts import (
     NUM_STAGES,
     NUM_WARPS,
+    PIVOTS,
     TILES,
     WAVES_PER_EU,
     lanes_constraint,
     launch_defaults,
+    pivots_constraint,
     rows_problem,
 )
-from spectune.space import Constraint, Param, Problem, SearchSpace
+from spectune.space import Param, Problem, SearchSpace
 
 __all__ = ["SEARCH_SPACE", "default_config", "problem_for", "search_space"]
-
-# One pass compares a whole tile against every pivot: a PIVOTS x BLOCK_V block of keys.
-_MAX_PIVOT_BLOCK = 2**17
 
 #: Every launch parameter the kernel takes, on every backend.
 SEARCH_SPACE = SearchSpace(
     params=(
         Param("BLOCK_V", TILES, power_of_two=True, doc="vocab tile one program loads per step"),
-        Param("PIVOTS", (4, 8, 16, 32, 64), power_of_two=True,
-              doc="candidate thresholds one pass over the row tests (fewer passes, "
-                  "more compares per logit)"),
+        PIVOTS,
         NUM_WARPS,
         NUM_STAGES,
         WAVES_PER_EU,
     ),
-    constraints=(
-        lanes_constraint("BLOCK_V"),
-        Constraint(f"PIVOTS * BLOCK_V <= {_MAX_PIVOT_BLOCK}: the compare block of a pass",
-                   lambda c: c["PIVOTS"] * c["BLOCK_V"] <= _MAX_PIVOT_BLOCK),
-    ),
+    constraints=(lanes_constraint("BLOCK_V"), pivots_constraint("BLOCK_V")),
 )
 
 _DEFAULT = {"BLOCK_V": 2048, "PIVOTS": 16}

@@ -41,6 +41,7 @@ from spectune.vllm._v1_router import Router
 from spectune.vllm.doctor import make_sampling_metadata
 from tests.kernels.vllm_mrv2 import load_vllm_mrv2
 from tests.vllm.conftest import needs_kernels
+from tests.vllm.test_mrv2_route import STATES, K, batch
 
 pytestmark = [
     pytest.mark.vllm,
@@ -219,8 +220,6 @@ def test_v1_unrouted_verification_gets_the_parameters_applied(v1_router: Router)
 # Model Runner V2
 # --------------------------------------------------------------------------------------
 
-K = 3
-STATES = 6
 VOCAB = 97
 
 
@@ -314,31 +313,11 @@ def mrv2_sampler_of(params: dict[str, list[float]], *, penalties: bool = False) 
 
 
 def mrv2_batch(seed: int, *, draft: bool) -> dict[str, Any]:
-    counts = [4, 1, 3, 4]
-    gen = torch.Generator().manual_seed(seed)
-    rows = sum(counts)
-    logits = torch.randn(rows, VOCAB, generator=gen) * 2
-    top = torch.randint(0, VOCAB, (rows,), generator=gen)
-    logits[torch.arange(rows), top] += 4
-    drafts = torch.where(torch.rand(rows, generator=gen) < 0.6, top.roll(1),
-                         torch.randint(0, VOCAB, (rows,), generator=gen))
-    cu_np = np.concatenate([[0], np.cumsum(counts)]).astype(np.int32)
-    idx_np = np.array([5, 1, 3, 2], dtype=np.int32)
-    idx = torch.from_numpy(idx_np)
-    draft_logits = torch.randn(STATES, K, VOCAB, generator=gen) * 2 + logits.mean(0)
-    return {
-        "logits": logits,
-        "draft_logits": draft_logits if draft else None,
-        "draft_sampled": drafts,
-        "pos": torch.arange(50, 50 + rows, dtype=torch.int64),
-        "cu_num_logits": torch.from_numpy(cu_np),
-        "idx_mapping": idx,
-        "idx_mapping_np": idx_np,
-        "expanded_idx_mapping": idx.repeat_interleave(torch.tensor(counts)),
-        "expanded_local_pos": torch.cat([torch.arange(c) for c in counts]).to(torch.int32),
-        "seq_lens_upper_bound_np": np.full(len(counts), 100, dtype=np.int32),
-        "verify_draft_sampled": drafts,
-    }
+    """``_verify``'s arguments (those of the MRV2 routing tests), draft logits or none."""
+    args = batch([4, 1, 3, 4], VOCAB, seed=seed)
+    if not draft:
+        args["draft_logits"] = None
+    return args
 
 
 def mrv2_verify(sampler: Any, args: dict[str, Any]) -> list[list[int]]:
