@@ -1,7 +1,9 @@
 """``spectune db``: show, validate, export, import, merge and upgrade tuned-config databases.
 
 Every failure ends the command with one line on stderr and a non-zero exit status,
-never a traceback.
+never a traceback. A malformed row (edited by hand) gets one line of its own naming the
+database, the row and the field: ``show`` and ``export`` skip it with a warning,
+``validate`` lists it and exits 1, and ``merge`` and ``import`` refuse to write.
 """
 
 from __future__ import annotations
@@ -18,6 +20,10 @@ from spectune.messages import one_line
 __all__ = ["db"]
 
 F = TypeVar("F", bound=Callable[..., Any])
+
+#: The export format a file's suffix names (any other suffix: json).
+_FORMAT_OF_SUFFIX = {".json": "json", ".csv": "csv", ".db": "sqlite", ".sqlite": "sqlite",
+                     ".sqlite3": "sqlite"}  # fmt: skip
 
 _DB_HELP = (
     "Database URL or file path. Default: every database readers look in "
@@ -49,6 +55,11 @@ def _note(message: str) -> None:
     click.echo(f"note: {message}", err=True)
 
 
+def _skip_bad_row(error: Exception) -> None:
+    """Say that a malformed row is left out (its message names database, row and field)."""
+    click.echo(f"warning: skipped {one_line(error, limit=600)}", err=True)
+
+
 class _Kernels:
     """The installed kernel families as the database needs them, or why they are not."""
 
@@ -70,14 +81,17 @@ class _Kernels:
         self.spaces = family_space
 
 
-def _rows(database: str | None) -> list[tuple[str, Any]]:
-    """(source label, row) pairs: one database, or what readers see."""
+def _rows(
+    database: str | None, on_bad_row: Callable[[Any], None] = _skip_bad_row
+) -> list[tuple[str, Any]]:
+    """(source label, row) pairs: one database, or what readers see; malformed rows are
+    left out, each told to ``on_bad_row``."""
     from spectune.db import effective_rows, open_store
 
     if database is not None:
         with open_store(database, readonly=True) as store:
-            return [(store.location, row) for row in store.rows()]
-    return [(source.name, row) for source, row in effective_rows()]
+            return [(store.location, row) for row in store.rows(on_bad_row=on_bad_row)]
+    return [(source.name, row) for source, row in effective_rows(on_bad_row=on_bad_row)]
 
 
 def _filter(rows: list[tuple[str, Any]], gpu: str | None, kernel: str | None) -> list[Any]:
@@ -163,11 +177,21 @@ def show(database: str | None, gpu: str | None, kernel: str | None, as_json: boo
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON list of verdicts.")
 @_clean_errors
 def validate(database: str | None, as_json: bool) -> None:
-    """Say for every row whether it is usable on this machine, and why not."""
+    """Say for every row whether it is usable on this machine, and why not.
+
+    A malformed row is listed as not usable, with what is wrong, and named on stderr;
+    the command then exits 1.
+    """
     from spectune.db._checks import check_row
     from spectune.identity import detect_device, detect_software
 
-    rows = _rows(database)
+    malformed: list[Any] = []
+
+    def bad_row(error: Any) -> None:
+        malformed.append(error)
+        click.echo(f"malformed: {one_line(error, limit=600)}", err=True)
+
+    rows = _rows(database, on_bad_row=bad_row)
     kernels = _Kernels()
     if kernels.problem:
         _note(kernels.problem)
@@ -188,6 +212,7 @@ def validate(database: str | None, as_json: bool) -> None:
         for label, row in rows
     ]
     usable = sum(verdict.usable for _, _, verdict in verdicts)
+    total = len(verdicts) + len(malformed)
     if as_json:
         payload = [
             {
@@ -197,6 +222,18 @@ def validate(database: str | None, as_json: bool) -> None:
                 "row": row.to_dict(),
             }
             for label, row, verdict in verdicts
+        ]
+        payload += [
+            {
+                "source": error.location,
+                "usable": False,
+                "reasons": [f"malformed: {error.problem}"],
+                "row": None,
+                "row_id": error.row_id,
+                "key": error.key,
+                "field": error.field,
+            }
+            for error in malformed
         ]
         click.echo(json.dumps(payload, indent=2))
     else:
@@ -212,12 +249,18 @@ def validate(database: str | None, as_json: bool) -> None:
             )
             for label, row, verdict in verdicts
         ]
+        cells += [
+            (f"row id {error.row_id}", "", f"key: {error.key}", error.location, "no",
+             f"malformed: {error.problem}")
+            for error in malformed
+        ]  # fmt: skip
         _table(
-            f"{usable} of {len(verdicts)} rows usable on {device.describe()}, "
-            f"triton {software.triton}",
+            f"{usable} of {total} rows usable on {device.describe()}, triton {software.triton}",
             ("kernel", "device", "problem", "source", "usable", "why not"),
             cells,
         )
+    if malformed:  # each is named above, on stderr: a bad row is bad data
+        raise click.exceptions.Exit(1)
 
 
 @db.command(name="export")
@@ -226,21 +269,31 @@ def validate(database: str | None, as_json: bool) -> None:
 @click.option(
     "--format",
     "fmt",
-    type=click.Choice(["json", "csv", "vllm-json"]),
-    default="json",
-    show_default=True,
-    help="vllm-json: FILE is a directory; one file per kernel and device, named like "
-    "vLLM's tuned config files.",
+    type=click.Choice(["json", "csv", "vllm-json", "sqlite"]),
+    help="Default: by FILE's suffix (.csv: csv; .db, .sqlite: sqlite; else json). "
+    "vllm-json: FILE is a directory; one file per kernel and device, named like vLLM's "
+    "tuned config files. sqlite: a new database in rollback-journal mode, readable on "
+    "read-only storage.",
 )
 @click.option("--gpu", help="Only rows of this device (part of its name, or its arch).")
 @click.option("--kernel", help="Only rows of this kernel family.")
 @_clean_errors
-def export_(file: str, database: str | None, fmt: str, gpu: str | None, kernel: str | None) -> None:
-    """Write rows to FILE (JSON, CSV, or vLLM-style JSON files)."""
-    from spectune.db import write_rows_file
+def export_(
+    file: str, database: str | None, fmt: str | None, gpu: str | None, kernel: str | None
+) -> None:
+    """Write rows to FILE (JSON, CSV, a SQLite database, or vLLM-style JSON files)."""
+    from pathlib import Path
 
+    from spectune.db import write_rows_file
+    from spectune.db._store import write_database
+
+    if fmt is None:
+        fmt = _FORMAT_OF_SUFFIX.get(Path(file).suffix.lower(), "json")
     rows = [row for _, row in _filter(_rows(database), gpu, kernel)]
-    written = write_rows_file(rows, file, fmt=fmt)
+    if fmt == "sqlite":
+        written = [write_database(rows, file)]
+    else:
+        written = write_rows_file(rows, file, fmt=fmt)
     click.echo(f"exported {len(rows)} rows to {', '.join(map(str, written)) or file}", err=True)
 
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from operator import attrgetter
 from typing import Any, NamedTuple
 
-from spectune.db._fields import RUNNING_FIELDS
+from spectune.db._fields import RUNNING_FIELDS, check_config
 from spectune.db._row import TunedRow
 from spectune.db.errors import InvalidRowError
 from spectune.identity import DeviceIdentity, SoftwareIdentity
@@ -164,7 +164,7 @@ class Checker:
         self.kernel_hashes = dict(kernel_hashes)
         self._backend = device.backend
         self._lookup = space_lookup(spaces)
-        self._configs: dict[tuple[str, object], dict[str, int] | None] = {}
+        self._configs: dict[tuple[str, object], tuple[dict[str, int] | None, bool]] = {}
 
     def check(self, row: TunedRow) -> Verdict:
         """The verdict on ``row``."""
@@ -200,18 +200,27 @@ class Checker:
         kernel hash; this parses the config as stored (JSON text) and validates it,
         once per distinct (kernel, stored config). Never raises.
         """
+        return self.stored_config(kernel, stored)[0]
+
+    def stored_config(self, kernel: str, stored: object) -> tuple[dict[str, int] | None, bool]:
+        """:meth:`usable_config`, and whether the stored config is malformed.
+
+        Malformed: not JSON, or not a config any row may hold (what
+        :class:`spectune.db.TunedRow` refuses), as opposed to a well-formed config
+        outside the search space. Never raises.
+        """
         memo_key = (kernel, stored)
         if memo_key not in self._configs:
             try:
-                config = json.loads(stored)  # type: ignore[arg-type]
+                config = check_config(json.loads(stored))  # type: ignore[arg-type]
             except (TypeError, ValueError, RecursionError):
-                usable = None
+                verdict: tuple[dict[str, int] | None, bool] = (None, True)
             else:
                 problem = config_problem(
                     config, kernel=kernel, backend=self._backend, lookup=self._lookup
                 )
-                usable = None if problem else dict(config)
-            self._configs[memo_key] = usable
+                verdict = (None if problem else config, False)
+            self._configs[memo_key] = verdict
         return self._configs[memo_key]
 
 

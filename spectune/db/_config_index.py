@@ -7,6 +7,13 @@ dict keyed by problem (batch bucketed) for the running device and Triton version
 source that is absent, corrupt, of another schema or unreachable is logged and
 skipped; nothing here raises.
 
+A row edited into nonsense is skipped alone, and counted: the loader checks what it
+uses of a row (its key fields, booleans strictly, the batch bucket and the config) as
+:class:`spectune.db.TunedRow` would, once per distinct value. It reads no other field
+(it must load 10,000 rows within 50 ms: ``benchmarks/bench_db_load.py``), so a row
+malformed only elsewhere (a bad timestamp) is still used; ``spectune db validate``
+names every malformed row.
+
 Sources are read by :mod:`spectune.db._reader` (``sqlite3`` or ``psycopg``): loading
 never imports SQLAlchemy.
 """
@@ -20,10 +27,10 @@ from operator import attrgetter
 from typing import TYPE_CHECKING, Any
 
 from spectune.db._checks import Checker, Spaces, running_identity
-from spectune.db._fields import PROBLEM_FIELDS
+from spectune.db._fields import PROBLEM_FIELDS, Field
 from spectune.db._locations import ENV_DB, Source, readable_sources
 from spectune.db._reader import reading
-from spectune.db._row import batch_bucket
+from spectune.db._row import batch_bucket, is_batch_bucket
 from spectune.db.errors import DatabaseError
 from spectune.messages import one_line
 
@@ -59,6 +66,8 @@ class SourceReport:
         usable: Rows usable on the running system.
         used: Usable rows not overridden by an earlier source.
         error: The one-line reason when ``status`` is ``error``.
+        malformed: Rows measured here that were skipped as malformed (edited into
+            values no row may hold).
     """
 
     name: str
@@ -68,15 +77,17 @@ class SourceReport:
     usable: int = 0
     used: int = 0
     error: str = ""
+    malformed: int = 0
 
     def describe(self) -> str:
         if self.status == "absent":
             return f"{self.name} {self.location} (absent)"
         if self.status == "error":
             return f"{self.name} {self.location} (skipped: {self.error})"
+        skipped = f", {self.malformed} malformed skipped" if self.malformed else ""
         return (
             f"{self.name} {self.location} ({self.rows} rows, {self.usable} usable here, "
-            f"{self.used} used)"
+            f"{self.used} used{skipped})"
         )
 
 
@@ -208,26 +219,85 @@ def _load(source: Source, checker: Checker, entries: Entries) -> SourceReport:
         if not isinstance(exc, DatabaseError):
             logger.debug("details", exc_info=True)
         return SourceReport(name=name, location=location, status="error", error=message)
-    usable = used = 0
+    usable = used = malformed = 0
+    # Rows share few problems and fewer buckets: each is checked once, and a problem
+    # already in the table was checked when it went in, so a usable row costs no check.
+    # The stored values stay the keys: SQLite's 1 and 0 equal (and hash as) True and
+    # False, which lookups use; a driver returns an integer column as int, never bool.
+    valid_exact = _ExactCheck()
+    valid_buckets: set[int] = set()
     for kernel, rows in groups:
         # Rows come filtered on the running system and kernel hash: only configs are
         # left to check, once per distinct stored config (rows share few configs).
         stored = {r[-1] for r in rows}
-        verdicts = {config: checker.usable_config(kernel, config) for config in stored}
+        verdicts = {config: checker.stored_config(kernel, config) for config in stored}
         table = entries.setdefault(kernel, {})
         for row in rows:  # (*exact fields, batch, config)
-            config = verdicts[row[-1]]
+            config, bad_config = verdicts[row[-1]]
+            exact, bucket = row[:-2], row[-2]
+            buckets = table.get(exact)
+            if bad_config or (buckets is None and not valid_exact(exact)):
+                malformed += 1
+                continue
+            if bucket not in valid_buckets:
+                if not is_batch_bucket(bucket):
+                    malformed += 1
+                    continue
+                valid_buckets.add(bucket)
             if config is None:
                 continue
             usable += 1
-            exact, bucket = row[:-2], row[-2]
-            buckets = table.get(exact)
             if buckets is None:
                 table[exact] = {bucket: config}
                 used += 1
             elif bucket not in buckets:  # an earlier source's entry wins
                 buckets[bucket] = config
                 used += 1
+    if malformed:
+        logger.warning(
+            "spectune: skipped %d malformed rows of %s (spectune db validate --db %s names "
+            "them)", malformed, location, location,
+        )  # fmt: skip
     return SourceReport(
-        name=name, location=location, status="read", rows=total, usable=usable, used=used
+        name=name,
+        location=location,
+        status="read",
+        rows=total,
+        usable=usable,
+        used=used,
+        malformed=malformed,
     )
+
+
+class _ExactCheck:
+    """Whether the exact problem fields of a stored row hold values a row may hold.
+
+    ``draft_probs`` must be a boolean, or 0 or 1 as SQLite stores one: not ``'false'``,
+    ``'maybe'`` or 2. Each distinct tuple, and each field's distinct value, is checked
+    once.
+    """
+
+    def __init__(self) -> None:
+        self._tuples: dict[tuple[Any, ...], bool] = {}
+        self._values: list[dict[Any, bool]] = [{} for _ in _EXACT]
+
+    def __call__(self, stored: tuple[Any, ...]) -> bool:
+        valid = self._tuples.get(stored)
+        if valid is None:
+            valid = self._tuples[stored] = all(
+                self._value(field, memo, value)
+                for field, memo, value in zip(_EXACT, self._values, stored, strict=True)
+            )
+        return valid
+
+    @staticmethod
+    def _value(field: Field, memo: dict[Any, bool], value: Any) -> bool:
+        valid = memo.get(value)
+        if valid is None:
+            try:
+                field.check(field.from_stored(value))
+                valid = True
+            except (TypeError, ValueError):
+                valid = False
+            memo[value] = valid
+        return valid

@@ -39,6 +39,7 @@ __all__ = [
     "check_config",
     "check_name",
     "check_text",
+    "number",
     "parse_time",
     "utc",
 ]
@@ -53,6 +54,8 @@ TEXT_MAX = 256
 #: Largest integer a row holds (the columns are 32-bit on every database).
 INT_MAX = 2**31 - 1
 
+#: What a spreadsheet takes a cell starting with for a formula (and the escape itself).
+_CSV_FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r", "'")
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+\-]*\Z")
 _CONFIG_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 #: The kinds of values a field holds.
@@ -136,14 +139,16 @@ class Field:
                     f"{self.name} must be an integer >= {self.minimum or 0}, got {shorten(value)}"
                 )
             if value > INT_MAX:
-                raise ValueError(f"{self.name} is too large, got {value}")
+                raise ValueError(f"{self.name} is too large, got {shorten(value)}")
         elif self.kind == "bool":
             if not isinstance(value, bool):
                 raise ValueError(f"{self.name} must be a bool, got {value!r}")
-        elif self.kind == "float" and self.owner is None and not self.derived:
-            if isinstance(value, bool) or not isinstance(value, (int, float)):
-                raise ValueError(f"{self.name} must be a number, got {shorten(value)}")
-            if not math.isfinite(value) or value < 0:
+        elif self.kind == "float" and not self.derived:
+            value = number(self.name, value)
+            if self.owner is not None:  # a timing's percentile: a duration, never zero
+                if not math.isfinite(value) or value <= 0:
+                    raise ValueError(f"{self.name} must be finite and positive, got {value!r}")
+            elif not math.isfinite(value) or value < 0:
                 raise ValueError(f"{self.name} must be finite and non-negative, got {value!r}")
 
     def to_plain(self, value: Any) -> Any:
@@ -186,7 +191,17 @@ class Field:
         return value
 
     def to_csv(self, value: Any) -> str:
-        """A JSON value (see :meth:`to_plain`) as CSV text."""
+        """A JSON value (see :meth:`to_plain`) as CSV text.
+
+        Free text that a spreadsheet would run as a formula (it starts with ``=``,
+        ``+``, ``-``, ``@``, a tab or a carriage return) is written after a ``'``, the
+        OWASP rule for CSV injection; so is text starting with ``'``, so that
+        :meth:`from_csv` can take exactly one off again. Only ``text`` fields need it:
+        names start with a letter or digit, numbers are written as numbers (a negative
+        one stays one), and JSON starts with ``{`` or ``[``.
+        """
+        if self.kind == "text" and value.startswith(_CSV_FORMULA_STARTS):
+            return "'" + value
         if self.kind == "json":
             return json.dumps(value, separators=(",", ":"), allow_nan=False)
         if self.kind == "bool":
@@ -219,6 +234,8 @@ class Field:
                     f"{self.name} must be true or false, got {shorten(text, limit=40)}"
                 )
             return text == "true"
+        if self.kind == "text" and text.startswith("'"):
+            return text[1:]  # written by to_csv before text a spreadsheet would run
         return text
 
 
@@ -329,6 +346,20 @@ def check_config(config: object) -> dict[str, int]:
             raise ValueError(f"config[{key!r}] is too large, got {value}")
         out[key] = value
     return out
+
+
+def number(what: str, value: object) -> float:
+    """``value``, an int or a float, as a float; ``ValueError`` naming ``what`` if not one.
+
+    JSON integers have no bound, but a float column does: an integer too large for a
+    float is refused here, not deep inside a driver.
+    """
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(f"{what} must be a number, got {shorten(value)}")
+    try:
+        return float(value)
+    except OverflowError:
+        raise ValueError(f"{what} is too large, got {shorten(value)}") from None
 
 
 def utc(what: str, value: object) -> datetime:

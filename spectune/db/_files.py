@@ -3,7 +3,8 @@
 - ``json``: a list of row objects with the keys of :data:`spectune.db._fields.FIELDS`
   (what ``spectune db show --json`` prints).
 - ``csv``: one row per line, the same columns, each typed by its field's kind
-  (:data:`spectune.db._fields.ROW_FIELDS`); ``config`` and ``history`` as JSON text.
+  (:data:`spectune.db._fields.ROW_FIELDS`); ``config`` and ``history`` as JSON text;
+  text a spreadsheet would run as a formula is escaped (see ``Field.to_csv``).
 - ``vllm-json``: one file per kernel family and device, named like vLLM's tuned config
   files (``kernel=rejection_sample,device_name=AMD_Instinct_MI300X.json``), holding
   ``{problem: {batch: config}}``. It lacks the identity needed to validate rows, so it
@@ -15,6 +16,7 @@ Files are parsed with ``json`` and ``csv`` only; nothing read is ever executed.
 from __future__ import annotations
 
 import csv
+import errno
 import io
 import json
 import os
@@ -31,6 +33,7 @@ __all__ = [
     "EXPORT_FORMATS",
     "IMPORT_FORMATS",
     "read_rows_file",
+    "refuse_directory",
     "rows_to_json",
     "vllm_file_name",
     "vllm_tables",
@@ -60,10 +63,15 @@ def write_rows_file(
 
     Returns:
         The files written.
+
+    Raises:
+        IsADirectoryError: ``path`` is a directory and ``fmt`` writes a file.
     """
     if fmt not in EXPORT_FORMATS:
         raise ValueError(f"fmt must be one of {EXPORT_FORMATS}, got {fmt!r}")
     target = Path(path)
+    if fmt != "vllm-json":
+        refuse_directory(target, fmt=fmt)
     if fmt == "json":
         _write_text(target, rows_to_json(rows))
         return [target]
@@ -116,6 +124,14 @@ def read_rows_file(path: str | os.PathLike[str], *, fmt: str | None = None) -> l
         except InvalidRowError as exc:
             raise InvalidRowError(f"{file}: row {number}: {exc}") from None
     return rows
+
+
+def refuse_directory(path: Path, *, fmt: str) -> None:
+    """Raise ``IsADirectoryError`` naming ``path`` when it is a directory (``fmt`` writes a
+    file there: replacing it would fail, naming a temporary file instead)."""
+    if path.is_dir():
+        raise IsADirectoryError(errno.EISDIR, f"is a directory; format {fmt} writes a file",
+                                str(path))  # fmt: skip
 
 
 def vllm_file_name(*, kernel: str, device_name: str) -> str:
@@ -204,5 +220,8 @@ def _csv_record(raw: dict[str | None, Any]) -> dict[str, Any]:
 def _write_text(path: Path, text: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
+    try:
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, path)
+    finally:  # whatever failed, no half-written file is left beside the target
+        tmp.unlink(missing_ok=True)

@@ -2,12 +2,14 @@
 
 SQLite files are read with the standard library's ``sqlite3``, opened read-only
 (``mode=ro``; the shipped database also ``immutable=1``), PostgreSQL with ``psycopg`` in
-read-only transactions. Both run the same SQL, generated from
-:data:`spectune.db._fields.ROW_FIELDS` (only the placeholder differs), and every read
-goes through here: the serving path's :func:`spectune.db.load_index`, the store's
-``rows``, ``count`` and ``best_configs_near``, and the schema check, which the writers
-also run on their own connection (:func:`schema_state`). Reading never imports
-SQLAlchemy.
+read-only transactions. A WAL-mode file on read-only storage (where SQLite cannot create
+its ``-shm`` index) is opened ``immutable=1`` when no ``-wal`` file beside it holds
+changes, and refused with the reason when one does (see :func:`_open_sqlite`). Both run
+the same SQL, generated from :data:`spectune.db._fields.ROW_FIELDS` (only the
+placeholder differs), and every read goes through here: the serving path's
+:func:`spectune.db.load_index`, the store's ``rows``, ``count`` and
+``best_configs_near``, and the schema check, which the writers also run on their own
+connection (:func:`schema_state`). Reading never imports SQLAlchemy.
 
 The schema's revision lives in Alembic's ``alembic_version`` table; readers accept only
 :data:`HEAD_REVISION` with every column of the field list. Every failure is a one-line
@@ -19,7 +21,7 @@ from __future__ import annotations
 
 import re
 import sqlite3
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -37,6 +39,7 @@ from spectune.db._locations import DatabaseURL
 from spectune.db._row import TunedRow, row_from_stored
 from spectune.db.errors import (
     DatabaseError,
+    MalformedRowError,
     NotADatabaseError,
     SchemaError,
     SchemaTooNewError,
@@ -50,6 +53,7 @@ __all__ = [
     "REVISIONS",
     "TABLE_COLUMNS",
     "VERSION_TABLE",
+    "BadRowHandler",
     "Reader",
     "SchemaState",
     "reading",
@@ -82,6 +86,11 @@ _SQLITE_MESSAGES = (
 
 
 _JSON_FIELDS = frozenset(f.name for f in ROW_FIELDS if f.kind == "json")
+
+#: Told of each malformed stored row a read skips (see :meth:`Reader.rows`).
+BadRowHandler = Callable[[MalformedRowError], None]
+# The journal mode a SQLite file records in its header (bytes 18 and 19): 2 is WAL.
+_WAL_HEADER = b"\x02\x02"
 
 
 class _Dialect(NamedTuple):
@@ -244,25 +253,43 @@ class Reader:
 
     def require_current(self) -> None:
         """Raise unless the database has the current schema (see :func:`require_current`)."""
-        require_current(schema_state(self._connection), location=self.location)
+        require_current(self.state(), location=self.location)
+
+    def state(self) -> SchemaState:
+        """What the database holds (see :func:`schema_state`)."""
+        return schema_state(self._connection)
 
     def count(self) -> int:
         """Number of rows."""
         (total,) = self._connection.execute(_COUNT).fetchone()
         return int(total)
 
-    def rows(self, **equal: object) -> list[TunedRow]:
+    def rows(self, *, on_bad_row: BadRowHandler | None = None, **equal: object) -> list[TunedRow]:
         """The rows whose fields equal ``equal`` (field name -> value), in key order.
 
+        Args:
+            on_bad_row: Called with each malformed row, which is then left out; ``None``
+                raises on the first one.
+            equal: Field name -> value.
+
         Raises:
-            InvalidRowError: a stored row is malformed (edited by hand), naming its id.
+            MalformedRowError: a stored row is malformed (edited by hand), naming the
+                database, the row and the field (unless ``on_bad_row`` is given).
         """
         unknown = set(equal) - set(FIELDS)
         if unknown:
             raise ValueError(f"unknown field(s) {sorted(unknown)}")
         sql = self._dialect.select(TABLE_COLUMNS, tuple(equal), order=True)
         found = self._connection.execute(sql, tuple(equal.values())).fetchall()
-        return [self._row(values) for values in found]
+        rows = []
+        for row_id, *values in found:
+            try:
+                rows.append(row_from_stored(values, location=self.location, row_id=row_id))
+            except MalformedRowError as exc:
+                if on_bad_row is None:
+                    raise
+                on_bad_row(exc)
+        return rows
 
     def candidates(
         self, *, columns: Sequence[str], running: Sequence[Any], kernel_hashes: Mapping[str, str]
@@ -287,10 +314,6 @@ class Reader:
             (kernel, execute(sql, (*running, kernel, hash_)).fetchall())
             for kernel, hash_ in kernel_hashes.items()
         ]
-
-    def _row(self, values: Sequence[Any]) -> TunedRow:
-        row_id, *stored = values
-        return row_from_stored(stored, where=f"{self.location}: row id {row_id}")
 
 
 @contextmanager
@@ -325,23 +348,66 @@ def reading(url: DatabaseURL, *, immutable: bool = False) -> Iterator[Reader]:
 
 
 def _open_sqlite(url: DatabaseURL, *, immutable: bool, location: str) -> sqlite3.Connection:
+    """A read-only connection to a SQLite file, inside a read transaction.
+
+    A WAL-mode file is read through its ``-shm`` index, which SQLite creates beside it
+    when absent: on read-only storage (a read-only volume, a package directory) it
+    cannot, and ``mode=ro`` fails with "unable to open database file". The file is then
+    complete when no ``-wal`` file beside it holds changes (the last writer to close
+    folds them in and removes it), and is opened ``immutable=1``, which needs no index;
+    when one does, immutable would silently read it without them, so it is refused with
+    the reason instead.
+    """
     path = Path(url.database or "")
     if not path.is_file():
         raise NotADatabaseError(f"no database file at {path}")
+    try:
+        return _connect_sqlite(path, immutable=immutable)
+    except sqlite3.Error as exc:
+        if immutable or not _is_wal_without_index(exc, path):
+            raise translate_driver_error(exc, location) from None
+    wal = Path(f"{path}-wal")
+    if wal.exists() and wal.stat().st_size > 0:
+        raise DatabaseError(
+            f"{location} cannot be read here: it is in WAL mode and {wal.name} holds changes "
+            f"not yet in the file, which SQLite cannot read without creating {path.name}-shm "
+            f"beside it (read-only storage?); open it once where it is writable (spectune db "
+            f"upgrade --db PATH) to fold them in"
+        )
+    try:
+        return _connect_sqlite(path, immutable=True)
+    except sqlite3.Error as exc:
+        raise translate_driver_error(exc, location) from None
+
+
+def _connect_sqlite(path: Path, *, immutable: bool) -> sqlite3.Connection:
     uri = f"file:{quote(str(path.absolute()))}?mode=ro"
     if immutable:
         uri += "&immutable=1"
+    connection = sqlite3.connect(uri, uri=True, timeout=BUSY_TIMEOUT_S, isolation_level=None)
     try:
-        connection = sqlite3.connect(uri, uri=True, timeout=BUSY_TIMEOUT_S, isolation_level=None)
-        try:
-            # One transaction: every query of the reader sees the same snapshot.
-            connection.execute("BEGIN")
-        except BaseException:
-            connection.close()
-            raise
-    except sqlite3.Error as exc:
-        raise translate_driver_error(exc, location) from None
+        # One transaction: every query of the reader sees the same snapshot. The first
+        # read opens the file (and a WAL file's index): a file that cannot be read
+        # fails here, not in the middle of a caller's reading.
+        connection.execute("BEGIN")
+        connection.execute("SELECT 1 FROM main.sqlite_master LIMIT 1").fetchall()
+    except BaseException:
+        connection.close()
+        raise
     return connection
+
+
+def _is_wal_without_index(error: sqlite3.Error, path: Path) -> bool:
+    """Whether ``error`` is SQLite failing to open the ``-shm`` index of a WAL-mode file."""
+    name = getattr(error, "sqlite_errorname", None)  # Python 3.11+; the message before
+    if name != "SQLITE_CANTOPEN" and not (name is None and "unable to open" in str(error)):
+        return False
+    try:
+        with path.open("rb") as file:
+            header = file.read(20)
+    except OSError:
+        return False
+    return header[:16] == b"SQLite format 3\x00" and header[18:20] == _WAL_HEADER
 
 
 def _psycopg(location: str) -> Any:

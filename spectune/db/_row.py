@@ -26,11 +26,13 @@ from spectune.db._fields import (
     ROW_FIELDS,
     Field,
     check_config,
+    number,
     parse_time,
     utc,
 )
-from spectune.db.errors import InvalidRowError
+from spectune.db.errors import InvalidRowError, MalformedRowError
 from spectune.identity import DeviceIdentity, SoftwareIdentity
+from spectune.messages import shorten
 from spectune.promotion import Timing
 from spectune.space import Problem
 
@@ -171,6 +173,11 @@ class TunedRow:
     def __post_init__(self) -> None:
         _check_parts(self, tuple(_PARTS))
         _check_fields(self, ROW_FIELDS)
+        if not math.isfinite(self.speedup):  # e.g. 1e300 / 1e-300: no JSON can hold it
+            raise ValueError(
+                f"speedup (default_p50_us / tuned_p50_us) must be finite, got "
+                f"{self.default.p50!r} / {self.tuned.p50!r}"
+            )
         if not is_batch_bucket(self.problem.batch):
             raise ValueError(
                 f"problem.batch must be a batch bucket (a power of two), got "
@@ -221,22 +228,99 @@ class TunedRow:
 _PROVENANCE_ATTRIBUTES = tuple(Provenance.__dataclass_fields__)
 
 
-def row_from_stored(values: Sequence[Any], *, where: str) -> TunedRow:
+def row_from_stored(values: Sequence[Any], *, location: str, row_id: object) -> TunedRow:
     """The row a database holds, from the values of its columns in field order.
 
+    Each field is checked on its own first, so the error names the field that is wrong
+    (then what only several fields together can break: a timing's order, the batch
+    bucket, the speedup).
+
     Args:
-        values: One value per field of ``ROW_FIELDS``, as the database driver (or the
-            ORM) returns it (see :meth:`spectune.db._fields.Field.from_stored`).
-        where: Names the row in messages (database and row id).
+        values: One value per field of ``ROW_FIELDS``, as the database driver returns
+            it (see :meth:`spectune.db._fields.Field.from_stored`).
+        location: The database, for messages.
+        row_id: The row's ``id`` column, for messages.
 
     Raises:
-        InvalidRowError: the stored row is malformed (edited by hand), naming ``where``.
+        MalformedRowError: the stored row is malformed (edited by hand), naming the
+            database, the row (id and key) and the field.
     """
+    data: dict[str, Any] = {}
+    for f, value in zip(ROW_FIELDS, values, strict=True):
+        try:
+            data[f.name] = f.from_stored(value)
+            _check_plain(f, data[f.name])
+        except (ValueError, TypeError) as exc:
+            raise _malformed(values, location, row_id, f.name, str(exc)) from None
+    broken = next(_across_fields(data), None)
+    if broken is not None:
+        raise _malformed(values, location, row_id, *broken)
     try:
-        data = {f.name: f.from_stored(v) for f, v in zip(ROW_FIELDS, values, strict=True)}
         return TunedRow.from_dict(data)
-    except (ValueError, TypeError) as exc:
-        raise InvalidRowError(f"{where}: {exc}") from None
+    except InvalidRowError as exc:  # every check above passed: not expected, still named
+        raise _malformed(values, location, row_id, "row", str(exc)) from None
+
+
+#: Where the key fields are among a stored row's values.
+_KEY_INDEXES = tuple(i for i, f in enumerate(ROW_FIELDS) if f.key)
+
+
+def stored_key(values: Sequence[Any]) -> str:
+    """A stored row's key fields as stored, in one printable line (for messages)."""
+    shown = {ROW_FIELDS[i].name: _as_shown(values[i]) for i in _KEY_INDEXES}
+    return (
+        "{kernel} {kernel_hash} on {backend} {arch} {device_name} cu_count={cu_count} "
+        "warp_size={warp_size} triton {triton_version}: spec_len={spec_len} batch={batch} "
+        "vocab={vocab} {dtype} draft_probs={draft_probs}"
+    ).format(**shown)
+
+
+def _as_shown(value: Any) -> str:
+    """A stored value for a message: plain when it is short printable ASCII text."""
+    if isinstance(value, str) and value.isascii() and value.isprintable() and len(value) <= 40:
+        return value
+    return shorten(value, limit=40)
+
+
+def _malformed(
+    values: Sequence[Any], location: str, row_id: object, field: str, problem: str
+) -> MalformedRowError:
+    return MalformedRowError(
+        location=location, row_id=row_id, field=field, problem=problem, key=stored_key(values)
+    )
+
+
+def _check_plain(f: Field, value: Any) -> None:
+    """Check one field of a row's dict form on its own (``ValueError`` naming it)."""
+    if f.kind == "time":
+        parse_time(f.name, value)
+    elif f.kind == "json" and f.nullable:
+        if not isinstance(value, list):
+            raise ValueError(f"{f.name} must be a list, got {type(value).__name__}")
+        for position, entry in enumerate(value, start=1):
+            _history_entry(position, entry)
+    elif f.kind == "json":
+        check_config(value)
+    elif f.derived:
+        number(f.name, value)
+    else:
+        f.check(value)
+
+
+def _across_fields(data: Mapping[str, Any]) -> Iterable[tuple[str, str]]:
+    """(field, problem) for what fields checked one by one can still break together."""
+    if not is_batch_bucket(data["batch"]):
+        yield "batch", f"batch must be a batch bucket (a power of two), got {data['batch']}"
+    for prefix in ("tuned", "default"):
+        names = tuple(f"{prefix}_{q}_us" for q in ("p20", "p50", "p80"))
+        p20, p50, p80 = (data[name] for name in names)
+        if not p20 <= p50 <= p80:
+            yield ", ".join(names), f"{' <= '.join(names)} does not hold: {p20}, {p50}, {p80}"
+    speedup = data["default_p50_us"] / data["tuned_p50_us"]
+    if not math.isclose(number("speedup", data["speedup"]), speedup, rel_tol=1e-9):
+        stored = data["speedup"]
+        why = f"disagrees with default_p50_us / tuned_p50_us = {speedup!r}"
+        yield "speedup", f"speedup {stored!r} {why}"
 
 
 def _check_parts(value: object, parts: Iterable[str]) -> None:
@@ -270,7 +354,11 @@ def _arguments(fields: Iterable[Field], data: Mapping[str, Any]) -> dict[str, An
     for f in fields:
         if f.derived or f.nullable:
             continue
-        value = parse_time(f.name, data[f.name]) if f.kind == "time" else data[f.name]
+        value = data[f.name]
+        if f.kind == "time":
+            value = parse_time(f.name, value)
+        elif f.kind == "float":  # an int too large for a float column is refused here
+            value = number(f.name, value)
         if f.owner is None:
             arguments[f.attribute] = value
         else:
@@ -295,16 +383,22 @@ def _row_from_dict(data: object) -> TunedRow:
         raise ValueError(f"history must be a list, got {type(history).__name__}")
     row = TunedRow(
         **_arguments(ROW_FIELDS, data),
-        history=tuple(Provenance.from_dict(h) for h in history),
+        history=tuple(_history_entry(position, h) for position, h in enumerate(history, start=1)),
     )
-    speedup = data["speedup"]
-    if isinstance(speedup, bool) or not isinstance(speedup, (int, float)):
-        raise ValueError(f"speedup must be a number, got {speedup!r}")
+    speedup = number("speedup", data["speedup"])
     if not math.isclose(speedup, row.speedup, rel_tol=1e-9):
         raise ValueError(
             f"speedup {speedup!r} disagrees with default_p50_us / tuned_p50_us = {row.speedup!r}"
         )
     return row
+
+
+def _history_entry(position: int, data: object) -> Provenance:
+    """One entry of a row's history; the error names the entry as well as its field."""
+    try:
+        return Provenance.from_dict(data)
+    except (ValueError, TypeError) as exc:
+        raise ValueError(f"history entry {position}: {exc}") from None
 
 
 def _exact_keys(what: str, data: Mapping[Any, Any], expected: tuple[str, ...]) -> None:

@@ -14,8 +14,11 @@ who measured what.
 
 from __future__ import annotations
 
+import errno
+import logging
 import math
 import os
+import sqlite3
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from enum import Enum
@@ -23,12 +26,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from spectune.db._checks import Spaces, check_configs
-from spectune.db._fields import DEVICE_FIELDS, KEY_FIELDS
-from spectune.db._files import read_rows_file
+from spectune.db._fields import DEVICE_FIELDS
+from spectune.db._files import read_rows_file, refuse_directory
 from spectune.db._locations import DatabaseURL, Source, default_sources, parse_target, write_target
-from spectune.db._reader import reading
-from spectune.db._row import Provenance, RowKey, TunedRow
-from spectune.db.errors import DatabaseError
+from spectune.db._reader import BadRowHandler, reading
+from spectune.db._row import Provenance, RowKey, TunedRow, row_from_stored
+from spectune.db.errors import DatabaseError, MalformedRowError
 from spectune.identity import DeviceIdentity
 from spectune.promotion import MIN_GAIN, is_significantly_faster
 from spectune.space import Problem
@@ -48,7 +51,10 @@ __all__ = [
     "open_store",
     "resolve",
     "upgrade_database",
+    "write_database",
 ]
+
+logger = logging.getLogger("spectune.db")
 
 #: A database as callers name it: a URL or a file path (or a parsed URL).
 Target = str | os.PathLike[str] | DatabaseURL
@@ -220,15 +226,31 @@ class Store:
         with reading(self.url, immutable=self._immutable) as reader:
             return reader.count()
 
-    def rows(self, *, kernel: str | None = None, device_name: str | None = None) -> list[TunedRow]:
+    def rows(
+        self,
+        *,
+        kernel: str | None = None,
+        device_name: str | None = None,
+        on_bad_row: BadRowHandler | None = None,
+    ) -> list[TunedRow]:
         """Every row, optionally of one kernel family and one device name, in key order.
 
+        Args:
+            kernel: Only rows of this kernel family.
+            device_name: Only rows of this device name.
+            on_bad_row: Called with each malformed row (a
+                :class:`spectune.db.errors.MalformedRowError`), which is then left out;
+                ``None`` raises on the first one.
+
         Raises:
-            InvalidRowError: a stored row is malformed (edited by hand), naming its id.
+            MalformedRowError: a stored row is malformed (edited by hand), naming the
+                database, the row (id and key) and the field.
         """
         equal = {"kernel": kernel, "device_name": device_name}
         with reading(self.url, immutable=self._immutable) as reader:
-            return reader.rows(**{k: v for k, v in equal.items() if v is not None})
+            return reader.rows(
+                on_bad_row=on_bad_row, **{k: v for k, v in equal.items() if v is not None}
+            )
 
     def record(
         self, row: TunedRow, *, min_gain: float = MIN_GAIN, spaces: Spaces | None = None
@@ -303,13 +325,19 @@ class Store:
         triton: str | None = None,
         kernel_hash: str | None = None,
         limit: int = 5,
+        other_devices: bool = False,
     ) -> list[TunedRow]:
         """Rows of the same kernel and device nearest to ``problem``, for warm starts.
 
         Candidates share the kernel, the device identity, the dtype and whether draft
         probabilities are present (and ``triton`` / ``kernel_hash`` when given).
         Distance is ``|log2 k/k'| + |log2 batch/batch'| + |log2 vocab/vocab'|``; ties go
-        to the larger speedup. One row per distinct config.
+        to the larger speedup. One row per distinct config. A malformed stored row
+        (edited by hand) is left out and logged (logger ``spectune.db``).
+
+        With ``other_devices``, the rows of every *other* device instead (a study on a
+        new GPU starts from what other GPU models found): nearest problem first, then
+        the same backend and architecture first, then the larger speedup.
 
         Args:
             kernel: Kernel family name.
@@ -318,6 +346,7 @@ class Store:
             triton: Only rows measured with this Triton version.
             kernel_hash: Only rows of this kernel source.
             limit: Most rows returned.
+            other_devices: Rows of the other devices instead of this one's.
         """
         if not isinstance(problem, Problem):
             raise TypeError(f"problem must be a Problem, got {type(problem).__name__}")
@@ -325,9 +354,10 @@ class Store:
             raise TypeError(f"device must be a DeviceIdentity, got {type(device).__name__}")
         if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
             raise ValueError(f"limit must be a positive integer, got {limit!r}")
+        own = {f.name: getattr(device, f.attribute) for f in DEVICE_FIELDS}
         equal: dict[str, object] = {
             "kernel": kernel,
-            **{f.name: getattr(device, f.attribute) for f in DEVICE_FIELDS},
+            **({} if other_devices else own),
             "dtype": problem.dtype,
             "draft_probs": problem.draft_probs,
         }
@@ -336,16 +366,20 @@ class Store:
         if kernel_hash is not None:
             equal["kernel_hash"] = kernel_hash
         with reading(self.url, immutable=self._immutable) as reader:
-            candidates = reader.rows(**equal)
+            # Warm starts are hints: a malformed neighbour is left out, not the tuning.
+            candidates = reader.rows(on_bad_row=_log_bad_row, **equal)
+        if other_devices:
+            candidates = [r for r in candidates if r.device != device]
 
-        def distance(row: TunedRow) -> tuple[float, float]:
+        def distance(row: TunedRow) -> tuple[float, int, float]:
             p = row.problem
             d = (
                 abs(math.log2(p.spec_len / problem.spec_len))
                 + abs(math.log2(p.batch / problem.batch))
                 + abs(math.log2(p.vocab / problem.vocab))
             )
-            return (d, -row.speedup)
+            kin = (row.device.backend, row.device.arch) != (device.backend, device.arch)
+            return (d, int(kin), -row.speedup)
 
         out: list[TunedRow] = []
         seen: set[tuple[tuple[str, int], ...]] = set()
@@ -361,29 +395,20 @@ class Store:
     def _record_in(
         self, session: Session, rows: Sequence[TunedRow], min_gain: float
     ) -> RecordReport:
-        from sqlalchemy import and_, or_, select
+        from sqlalchemy import update
 
         from spectune.db._models import TunedConfigRecord
-        from spectune.db._writer import record_values, stored_row
+        from spectune.db._writer import record_values, stored_rows_query
 
-        key_columns = [getattr(TunedConfigRecord, name) for name in KEY_FIELDS]
         keys = list(dict.fromkeys(row.key for row in rows))
+        # Row id and row of each key already stored; a malformed one raises, naming it:
+        # the promotion rule cannot weigh a row against one it cannot read.
         stored: dict[RowKey, tuple[Any, TunedRow]] = {}
         for start in range(0, len(keys), _KEYS_PER_QUERY):
-            chunk = keys[start : start + _KEYS_PER_QUERY]
-            # FOR UPDATE: a concurrent PostgreSQL writer of the same keys waits for this
-            # transaction instead of overwriting its history (SQLite ignores it; its
-            # writers are serialized by BEGIN IMMEDIATE).
-            # OR of equalities, not a row-value IN: SQLite searches the unique index
-            # for each key instead of scanning it.
-            matches = (
-                and_(*(column == value for column, value in zip(key_columns, key, strict=True)))
-                for key in chunk
-            )
-            query = select(TunedConfigRecord).where(or_(*matches)).with_for_update()
-            for record in session.scalars(query):
-                row = stored_row(record, location=self.location)
-                stored[row.key] = (record, row)
+            query = stored_rows_query(keys[start : start + _KEYS_PER_QUERY])
+            for row_id, *values in session.execute(query):
+                row = row_from_stored(values, location=self.location, row_id=row_id)
+                stored[row.key] = (row_id, row)
         current: dict[RowKey, TunedRow] = {key: row for key, (_, row) in stored.items()}
         counts = dict.fromkeys(RecordOutcome, 0)
         for row in rows:
@@ -394,14 +419,20 @@ class Store:
                 continue
             outcome, current[row.key] = resolve(incumbent, row, min_gain=min_gain)
             counts[outcome] += 1
+        table = TunedConfigRecord.__table__
         for key, row in current.items():
             if key not in stored:
                 session.add(TunedConfigRecord(**record_values(row)))
             elif row != stored[key][1]:
-                record = stored[key][0]
-                for name, value in record_values(row).items():
-                    setattr(record, name, value)
+                row_id = stored[key][0]
+                session.execute(
+                    update(table).where(table.c.id == row_id).values(**record_values(row))
+                )
         return RecordReport(**{outcome.value: n for outcome, n in counts.items()})
+
+
+def _log_bad_row(error: MalformedRowError) -> None:
+    logger.warning("spectune: skipped %s", error)
 
 
 def import_rows(
@@ -460,10 +491,62 @@ def merge_databases(
         return store.record_many(rows, min_gain=min_gain)
 
 
-def effective_rows(sources: Sequence[Source] | None = None) -> list[tuple[Source, TunedRow]]:
+def write_database(rows: Sequence[TunedRow], path: str | os.PathLike[str]) -> Path:
+    """Write ``rows`` to a new SQLite database at ``path``, in rollback-journal mode.
+
+    Writers use WAL, whose readers need a ``-shm`` index beside the file that read-only
+    storage cannot hold; a file to hand around is one self-contained rollback-journal
+    file instead (like the shipped database). It is built beside ``path`` under another
+    name and renamed into place, so ``path`` is either absent or complete. An existing
+    file is refused: overwriting a database would lose its rows (merge adds rows to one).
+
+    Returns:
+        ``path``.
+
+    Raises:
+        IsADirectoryError: ``path`` is a directory.
+        FileExistsError: ``path`` exists.
+        DatabaseError: the database cannot be written (its folder is missing, ...).
+    """
+    target = Path(path)
+    refuse_directory(target, fmt="sqlite")
+    if target.exists():
+        raise FileExistsError(
+            errno.EEXIST,
+            "exists; export writes a new database (spectune db merge adds rows to one)",
+            str(target),
+        )
+    tmp = target.with_name(target.name + ".tmp")
+    leftovers = [tmp, *(Path(f"{tmp}{suffix}") for suffix in ("-wal", "-shm", "-journal"))]
+    try:
+        for stale in leftovers:
+            stale.unlink(missing_ok=True)
+        with open_store(tmp) as store:
+            store.record_many(rows)
+        connection = sqlite3.connect(tmp, isolation_level=None)
+        try:
+            connection.execute("PRAGMA journal_mode=DELETE")
+            connection.execute("VACUUM")
+        finally:
+            connection.close()
+        os.replace(tmp, target)
+    finally:
+        for stale in leftovers:
+            stale.unlink(missing_ok=True)
+    return target
+
+
+def effective_rows(
+    sources: Sequence[Source] | None = None, *, on_bad_row: BadRowHandler | None = None
+) -> list[tuple[Source, TunedRow]]:
     """The rows readers see, with the source each comes from; an earlier source wins.
 
     Absent SQLite files are skipped; any other problem raises.
+
+    Args:
+        sources: The databases, first wins; ``None`` means :func:`default_sources`.
+        on_bad_row: Called with each malformed row, which is then left out (and so
+            hides no row of a later source); ``None`` raises on the first one.
 
     Raises:
         DatabaseError: naming the database that cannot be read.
@@ -476,6 +559,6 @@ def effective_rows(sources: Sequence[Source] | None = None) -> list[tuple[Source
             continue
         with reading(source.url, immutable=source.immutable) as reader:
             reader.require_current()
-            for row in reader.rows():
+            for row in reader.rows(on_bad_row=on_bad_row):
                 seen.setdefault(row.key, (source, row))
     return list(seen.values())

@@ -6,6 +6,12 @@ timeout, and ``BEGIN IMMEDIATE`` so concurrent writers queue instead of failing 
 they upgrade a read lock. PostgreSQL writers serialise migrations with an advisory
 lock.
 
+Before a SQLite writer's first connection changes anything (``journal_mode=WAL`` is
+written into the file's header), the file is identified read-only by the readers' code:
+a file that is not SQLite, another application's database or a newer spectune's is
+refused unchanged. No directory is created for a database, except the user database's
+own folder (the platform's data directory, which is spectune's to make).
+
 Writers create the schema in an empty database and upgrade an older one (Alembic)
 inside one locked transaction, so concurrent writers and a process killed mid-way leave
 either the old schema or the new one. They judge the schema with the readers' query
@@ -17,35 +23,39 @@ from __future__ import annotations
 
 import sqlite3
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import create_engine, event, text
+from sqlalchemy import and_, create_engine, event, or_, select, text, type_coerce
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import OperationalError, SQLAlchemyError
+from sqlalchemy.sql import Select
+from sqlalchemy.types import NullType
 
-from spectune.db._fields import ROW_FIELDS
-from spectune.db._locations import DatabaseURL
+from spectune.db._fields import KEY_FIELDS, ROW_FIELDS
+from spectune.db._locations import DatabaseURL, user_db_path
 from spectune.db._reader import (
     BUSY_TIMEOUT_S,
     CONNECT_TIMEOUT_S,
     HEAD_REVISION,
     SchemaState,
+    reading,
     refuse_foreign,
     require_current,
     schema_state,
     translate_driver_error,
 )
-from spectune.db._row import TunedRow, row_from_stored
+from spectune.db._row import RowKey, TunedRow
+from spectune.db.errors import DatabaseError
 
 __all__ = [
     "READS_ONLY",
     "make_engine",
     "migrations_dir",
     "record_values",
-    "stored_row",
+    "stored_rows_query",
     "translate_errors",
     "upgrade",
 ]
@@ -59,12 +69,20 @@ _PG_LOCK_KEY = 0x5BEC7E  # pg_advisory_xact_lock key serializing spectune migrat
 
 
 def make_engine(url: DatabaseURL) -> Engine:
-    """A writer's engine for ``url`` (a SQLite file's folder is created if needed)."""
+    """A writer's engine for ``url``.
+
+    A SQLite file that exists is identified first, read-only (see the module
+    docstring); one that does not must have an existing folder, unless it is the user
+    database.
+
+    Raises:
+        DatabaseError: the file is not one a writer may open, or its folder is missing.
+    """
     if not url.is_sqlite:
         return create_engine(
             url.sqlalchemy_url(), connect_args={"connect_timeout": CONNECT_TIMEOUT_S}
         )
-    Path(url.database or "").absolute().parent.mkdir(parents=True, exist_ok=True)
+    _check_sqlite_target(url)
     engine = create_engine(url.sqlalchemy_url(), connect_args={"timeout": BUSY_TIMEOUT_S})
 
     @event.listens_for(engine, "connect")
@@ -82,6 +100,26 @@ def make_engine(url: DatabaseURL) -> Engine:
         connection.exec_driver_sql("BEGIN" if reads_only else "BEGIN IMMEDIATE")
 
     return engine
+
+
+def _check_sqlite_target(url: DatabaseURL) -> None:
+    location = url.display()
+    path = Path(url.database or "").absolute()
+    if path.exists():
+        with reading(url) as reader:
+            refuse_foreign(reader.state(), location=location)
+        return
+    folder = path.parent
+    if folder.is_dir():
+        return
+    if path == user_db_path().expanduser().absolute():
+        folder.mkdir(parents=True, exist_ok=True)
+        return
+    why = "is not a directory" if folder.exists() else "does not exist"
+    raise DatabaseError(
+        f"cannot create {location}: its folder {folder} {why} (spectune creates no folder "
+        "for a database it is given; create it first)"
+    )
 
 
 @contextmanager
@@ -112,10 +150,29 @@ def record_values(row: TunedRow) -> dict[str, Any]:
     return values
 
 
-def stored_row(record: Any, *, location: str) -> TunedRow:
-    """The row an ORM record holds; ``InvalidRowError`` naming its id if malformed."""
-    values = [getattr(record, field.name) for field in ROW_FIELDS]
-    return row_from_stored(values, where=f"{location}: row id {record.id}")
+def stored_rows_query(keys: Sequence[RowKey]) -> Select[Any]:
+    """``SELECT id, every field FROM tuned_configs WHERE key IN keys FOR UPDATE``.
+
+    The values come back as the driver returns them, as the readers get them (feed them
+    to :func:`spectune.db._row.row_from_stored`): the ORM's JSON, DateTime and Boolean
+    types would convert them first, so a row edited by hand would fail there with a
+    message naming no row, or a ``'false'`` would read back as ``True``.
+
+    FOR UPDATE: a concurrent PostgreSQL writer of the same keys waits for this
+    transaction instead of overwriting its history (SQLite ignores it; its writers are
+    serialized by BEGIN IMMEDIATE). An OR of equalities, not a row-value IN: SQLite
+    searches the unique index for each key instead of scanning it.
+    """
+    from spectune.db._models import TunedConfigRecord
+
+    table = TunedConfigRecord.__table__
+    key_columns = [table.c[name] for name in KEY_FIELDS]
+    matches = (
+        and_(*(column == value for column, value in zip(key_columns, key, strict=True)))
+        for key in keys
+    )
+    columns = [type_coerce(table.c[f.name], NullType()).label(f.name) for f in ROW_FIELDS]
+    return select(table.c.id, *columns).where(or_(*matches)).with_for_update()
 
 
 def _state(connection: Connection) -> SchemaState:

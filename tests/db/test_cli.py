@@ -81,6 +81,7 @@ def test_show_json_is_the_rows(user_db: Path) -> None:
 
 def test_show_one_database_prints_strings_literally(tmp_path: Path) -> None:
     path = tmp_path / "[bold red]x[/bold red].db"
+    path.parent.mkdir()  # the "/" makes "[bold red]x[" a folder: writers create none
     with open_store(path) as store:
         store.record(make_row())
     # Wide enough that the source column never wraps, however deep pytest's tmp_path is

@@ -141,6 +141,26 @@ def test_best_configs_near(store: Store) -> None:
     assert store.best_configs_near(kernel=KERNEL, device=other, problem=near[0].problem) == []
 
 
+def test_best_configs_near_on_other_devices_for_a_new_gpu(store: Store) -> None:
+    """The rows other GPU models hold, nearest problem first, then the same backend and
+    architecture: what a study on a GPU with no rows of its own starts from."""
+    mi325 = DeviceIdentity("hip", "gfx942", "AMD_Instinct_MI325X", 304, 64)
+    configs = [{"BLOCK_V": v, "num_warps": 4} for v in (256, 512, 1024, 2048)]
+    store.record_many([
+        make_row(spec_len=4, batch=8, device=H200, config=configs[0]),
+        make_row(spec_len=4, batch=8, device=mi325, config=configs[1]),
+        make_row(spec_len=2, batch=8, device=mi325, config=configs[2]),
+        make_row(spec_len=4, batch=8, config=configs[3]),  # this device's own row
+    ])
+    problem = Problem(4, 8, 128256, "bfloat16", True)
+    others = store.best_configs_near(kernel=KERNEL, device=MI300X, problem=problem,
+                                     other_devices=True)
+    assert [r.config["BLOCK_V"] for r in others] == [512, 256, 1024]
+    assert [r.device for r in others] == [mi325, H200, mi325]
+    own = store.best_configs_near(kernel=KERNEL, device=MI300X, problem=problem)
+    assert [r.config["BLOCK_V"] for r in own] == [2048]
+
+
 def test_best_configs_near_validates_arguments(store: Store) -> None:
     with pytest.raises(ValueError, match="limit"):
         store.best_configs_near(kernel=KERNEL, device=MI300X, problem=Problem(1, 1, 8), limit=0)
