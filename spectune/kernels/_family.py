@@ -3,13 +3,49 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from types import ModuleType
 from typing import Any, Protocol, runtime_checkable
 
 from spectune.kernels._code_hash import code_hash
 from spectune.space import Problem, SearchSpace
 
-__all__ = ["KernelFamily", "RowsFamily", "SpaceFamily"]
+__all__ = ["KernelFamily", "ProblemLimits", "RowsFamily", "SpaceFamily", "declared_limits"]
+
+
+@dataclass(frozen=True)
+class ProblemLimits:
+    """The largest problem a kernel family takes, declared with its search space.
+
+    What the tuner checks a request against before making any input: a problem past
+    one of them is refused, not tuned.
+
+    Attributes:
+        spec_len: Most drafts per request (``Problem.spec_len``).
+        batch: Most requests (``Problem.batch``; rows, for the sampling steps).
+        vocab: Largest vocabulary (``Problem.vocab``).
+    """
+
+    spec_len: int
+    batch: int
+    vocab: int
+
+    def __post_init__(self) -> None:
+        for name in ("spec_len", "batch", "vocab"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"ProblemLimits.{name} must be a positive integer, "
+                                 f"got {value!r}")
+
+
+def declared_limits(family: object) -> ProblemLimits | None:
+    """The limits ``family`` declares (its ``limits``); ``None`` when it declares none.
+
+    Optional for a :class:`KernelFamily` (a test's family may leave them out); every
+    :class:`SpaceFamily` declares them in its ``*_space`` module (``LIMITS``).
+    """
+    limits = getattr(family, "limits", None)
+    return limits if isinstance(limits, ProblemLimits) else None
 
 
 @runtime_checkable
@@ -57,12 +93,12 @@ class KernelFamily(Protocol):
 
 class SpaceFamily:
     """What every family adapter shares: its hashed modules, and the ``*_space`` module
-    that declares its search space and default config.
+    that declares its search space, default config and limits.
 
     Subclasses set ``name``, ``source_modules`` (hashed, in order, into ``source_hash``)
-    and ``space`` (a module with ``search_space(backend)`` and
-    ``default_config(problem, backend)``), and implement the rest of
-    :class:`KernelFamily`.
+    and ``space`` (a module with ``search_space(backend)``,
+    ``default_config(problem, backend)`` and ``LIMITS``, a :class:`ProblemLimits`), and
+    implement the rest of :class:`KernelFamily`.
     """
 
     name: str = ""
@@ -79,6 +115,11 @@ class SpaceFamily:
     def default_config(self, problem: Problem, backend: str) -> dict[str, int]:
         """The launcher's config when nothing is tuned for ``problem``."""
         return self.space.default_config(problem, backend)  # type: ignore[no-any-return]
+
+    @property
+    def limits(self) -> ProblemLimits:
+        """The largest problem the family takes, as its ``*_space`` module declares."""
+        return self.space.LIMITS  # type: ignore[no-any-return]
 
 
 class RowsFamily(SpaceFamily):

@@ -1,21 +1,28 @@
 """What every kernel family's search space and default config share.
 
 The launch parameters Triton takes for any kernel (warps, pipelining stages, AMD's
-occupancy hint), the tile and split values, the "every lane holds an element" rule, and
-how a default config splits vocabulary rows over programs. Not part of any source hash:
-spaces and defaults decide which configs are tried and what runs untuned, never tokens.
+occupancy hint), the tile and split values, the "every lane holds an element" rule, how
+a default config splits vocabulary rows over programs, and the limits of the problems
+the families take. Not part of any source hash: spaces, defaults and limits decide which
+configs are tried, what runs untuned and what is tuned at all, never tokens.
 """
 
 from __future__ import annotations
 
 import torch
 import triton
+from triton.language import TRITON_MAX_TENSOR_NUMEL
 
+from spectune.kernels._family import ProblemLimits
 from spectune.kernels._tensors import dtype_name
+from spectune.kernels.rejection_constants import MAX_VOCAB
 from spectune.space import Constraint, Param, Problem, SearchSpace
 
 __all__ = [
     "FOLD_DEFAULTS",
+    "LIMITS",
+    "MAX_BATCH",
+    "MAX_SPEC_LEN",
     "NUM_STAGES",
     "NUM_WARPS",
     "PIVOTS",
@@ -31,6 +38,22 @@ __all__ = [
     "split_rows_default",
     "split_rows_space",
 ]
+
+#: Most drafts per request: vLLM's own bound (``MAX_SPEC_LEN`` of
+#: ``vllm.v1.sample.rejection_sampler``, which refuses a longer chain), and a chain the
+#: verification kernels walk in one program (``k + 1`` tokens in one block).
+MAX_SPEC_LEN = 128
+#: Most requests: V1 verification holds the cumulative draft counts of the whole batch in
+#: one Triton block (``BLOCK_B``, the batch's next power of two), and no block holds more
+#: than ``TRITON_MAX_TENSOR_NUMEL`` (2**20) elements.
+MAX_BATCH = TRITON_MAX_TENSOR_NUMEL
+#: The limits every family declares (its ``*_space`` module's ``LIMITS``): k and batch
+#: as above; vocabularies up to ``MAX_VOCAB``, where the fixed-point softmax denominator
+#: stops fitting int64 (the plugin routes no larger vocabulary to any family, so a
+#: config tuned past it would never be looked up). The sampling steps have no k (they
+#: are tuned at k = 1, whatever a sweep asks): the bound only keeps one sweep's
+#: ``--spec-lens`` valid for every family.
+LIMITS = ProblemLimits(spec_len=MAX_SPEC_LEN, batch=MAX_BATCH, vocab=MAX_VOCAB)
 
 #: Vocabulary tile sizes a family may take (powers of two).
 TILES = (256, 512, 1024, 2048, 4096, 8192, 16384)

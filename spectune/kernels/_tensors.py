@@ -6,7 +6,7 @@ The backend a tensor's device runs kernels on is :func:`spectune.identity.backen
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Collection, Mapping
 
 import torch
 
@@ -17,6 +17,7 @@ __all__ = [
     "INDEX_DTYPES",
     "LOGITS_DTYPES",
     "check_state_rows",
+    "check_token_ids",
     "dtype_name",
     "require_tensor",
 ]
@@ -127,3 +128,35 @@ def check_state_rows(
         if not bool(values_ok(values.cpu()).all()):
             raise ValueError(f"{name} must be {rule}")
     return logits if out is None else out
+
+
+def check_token_ids(
+    ids: Mapping[str, torch.Tensor], *, vocab: int, padding: Collection[str] = ()
+) -> None:
+    """Check token-id arguments' contents: each id in ``[0, vocab)``, or ``-1`` (padding)
+    for the arguments named in ``padding``. No other negative id is padding.
+
+    One device sync for all of them (a fused ``any`` of every argument's test); finding the
+    first bad id costs more only when there is one. Launchers call it under their
+    ``validate`` flag: callers that guarantee their ids (vLLM) skip it and the sync.
+
+    Args:
+        ids: The arguments, by name (any shape; indices in a message are flat).
+        vocab: The vocabulary size.
+        padding: Names of the arguments where ``-1`` marks padding.
+
+    Raises:
+        ValueError: naming the first bad argument, the index of its first bad id and
+            the id.
+    """
+    bad = {name: (t < (-1 if name in padding else 0)) | (t >= vocab) for name, t in ids.items()}
+    if not bad or not bool(torch.stack([b.any() for b in bad.values()]).any()):
+        return
+    for name, b in bad.items():
+        where = torch.nonzero(b.reshape(-1)).flatten()
+        if where.numel():
+            i = int(where[0])
+            allowed = f"[0, {vocab})" + (" or -1 (padding)" if name in padding else "")
+            raise ValueError(
+                f"{name}[{i}] = {int(ids[name].reshape(-1)[i])}: token ids must be in {allowed}"
+            )

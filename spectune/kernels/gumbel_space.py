@@ -6,10 +6,11 @@ family's source hash.
 
 from __future__ import annotations
 
+from spectune.kernels._space_parts import LIMITS as _SHARED_LIMITS
 from spectune.kernels._space_parts import rows_problem, split_rows_default, split_rows_space
 from spectune.space import Problem, SearchSpace
 
-__all__ = ["SEARCH_SPACE", "default_config", "problem_for", "search_space"]
+__all__ = ["LIMITS", "SEARCH_SPACE", "default_config", "problem_for", "search_space"]
 
 #: Every launch parameter the kernels take, on every backend. vLLM launches one program
 #: per 1024-logit tile, so rows may be split further than the verification families'.
@@ -18,6 +19,10 @@ SEARCH_SPACE = split_rows_space(
 
 # Default: vLLM's MRV2 sampling tile.
 _DEFAULT_BLOCK_V = 1024
+
+
+#: The largest problem the kernels take (see :data:`spectune.kernels._space_parts.LIMITS`).
+LIMITS = _SHARED_LIMITS
 
 
 def search_space(backend: str) -> SearchSpace:

@@ -6,10 +6,11 @@ source hash.
 
 from __future__ import annotations
 
+from spectune.kernels._space_parts import LIMITS as _SHARED_LIMITS
 from spectune.kernels._space_parts import rows_problem, split_rows_default, split_rows_space
 from spectune.space import Problem, SearchSpace
 
-__all__ = ["SEARCH_SPACE", "default_config", "problem_for", "search_space"]
+__all__ = ["LIMITS", "SEARCH_SPACE", "default_config", "problem_for", "search_space"]
 
 #: Every launch parameter the kernels take, on every backend. ``SPLITS`` 1 is vLLM's
 #: launch (one program per row); more splits take the row maximum in two launches.
@@ -19,6 +20,10 @@ SEARCH_SPACE = split_rows_space(
 # Default: vLLM's MRV2 min-p tile, split as the sampling family splits its rows (every
 # split gives the same logits; only small batches are split).
 _DEFAULT_BLOCK_V = 1024
+
+
+#: The largest problem the kernels take (see :data:`spectune.kernels._space_parts.LIMITS`).
+LIMITS = _SHARED_LIMITS
 
 
 def search_space(backend: str) -> SearchSpace:

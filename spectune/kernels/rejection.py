@@ -15,7 +15,8 @@ never writes the softmaxed ``[N, V]`` probabilities:
 
 Exactness by construction, whatever the launch configuration:
 
-* the max and argmax are exact (first index on ties);
+* the max and argmax are exact (first index on ties; a NaN is the max, as in
+  ``torch.argmax``, vLLM's greedy verification);
 * the softmax denominator is accumulated in fixed point in ``int64``, so its
   value does not depend on how the vocabulary is tiled or split (integer addition is
   associative); hence the probabilities, the acceptance test and the recovered
@@ -54,8 +55,19 @@ import triton.language as tl
 from spectune.kernels import rejection_folded_space as _folded_space
 from spectune.kernels._folding import FoldedRows, fold_rows, load_folded, row_fold
 from spectune.kernels._launch import launch_config
-from spectune.kernels._reductions import argmax_of_parts, chunk_max, split_row
-from spectune.kernels._tensors import INDEX_DTYPES, LOGITS_DTYPES, require_tensor
+from spectune.kernels._reductions import (
+    argmax_of_parts,
+    chunk_first_max,
+    first_max,
+    first_max_of_parts,
+    split_row,
+)
+from spectune.kernels._tensors import (
+    INDEX_DTYPES,
+    LOGITS_DTYPES,
+    check_token_ids,
+    require_tensor,
+)
 from spectune.kernels._truncation import ROUNDED_DIV, divide
 from spectune.kernels.rejection_constants import (
     COIN_HIGH_SHIFT,
@@ -81,6 +93,15 @@ _FINALIZE_NUM_WARPS = 1
 # --------------------------------------------------------------------------------------
 # Triton kernels
 # --------------------------------------------------------------------------------------
+
+
+@triton.jit
+def _has_softmax(row_max):
+    """Whether a random row has a softmax: its max is finite. Else it holds a NaN or +inf,
+    or only -inf, and torch's softmax (vLLM's) is NaN everywhere: the draft is rejected and
+    the recovered token is 0 (the residual max(p - q, 0), vLLM's tl.maximum on a GPU,
+    is 0 everywhere)."""
+    return (row_max - row_max) == 0.0
 
 
 @triton.jit
@@ -157,8 +178,12 @@ def _accept_draft(
     temp, min_value, threshold,
     HAS_DRAFT_PROBS: tl.constexpr, SEEDED: tl.constexpr, FOLD: tl.constexpr,
 ):
-    """vLLM's acceptance test for one random row: draft >= 0, dp(d) > 0, p(d)/dp(d) >= u."""
-    safe_d = tl.maximum(draft, 0)
+    """vLLM's acceptance test for one random row: draft >= 0, dp(d) > 0, p(d)/dp(d) >= u.
+
+    A draft outside [0, V) (refused by the launcher unless ``validate=False``) is padding:
+    rejected, and nothing is read outside the row."""
+    valid = (draft >= 0) & (draft < vocab)
+    safe_d = tl.where(valid, draft, 0)
     x_d = load_folded(x_ptr + row * vocab + safe_d, True, temp, min_value, threshold, FOLD)
     p_d = tl.exp(x_d - row_max) * inv_den
     if HAS_DRAFT_PROBS:
@@ -170,7 +195,7 @@ def _accept_draft(
     else:
         u = tl.load(u_ptr + row).to(tl.float64)
     ratio = (p_d / tl.where(dp_d > 0, dp_d, 1.0)).to(tl.float64)
-    return (draft >= 0) & (dp_d > 0) & (ratio >= u)
+    return valid & (dp_d > 0) & (ratio >= u)
 
 
 @triton.jit
@@ -193,7 +218,10 @@ def _chunk_recover(
         p = tl.exp(x - row_max) * inv_den
         if HAS_DRAFT_PROBS:
             dp = tl.load(dp_ptr + row * vocab + idx, mask=in_vocab, other=0.0).to(tl.float32)
-            residual = tl.maximum(p - dp, 0.0)
+            # Not tl.maximum: a NaN draft prob must give 0 (as vLLM's on a GPU) on
+            # every backend, not NaN (the interpreter's).
+            diff = p - dp
+            residual = tl.where(diff > 0.0, diff, 0.0)
         else:
             residual = tl.where(idx == draft, 0.0, p)
         if SEEDED:
@@ -223,7 +251,7 @@ def _fused_row_kernel(
     row = tl.program_id(0).to(tl.int64)
     x_row = x_ptr + row * vocab
     zero = tl.zeros((), tl.int64)
-    row_max, row_arg = chunk_max(x_row, zero, vocab, n_tiles, BLOCK_V)
+    row_max, row_arg = chunk_first_max(x_row, zero, vocab, n_tiles, BLOCK_V)
     tl.store(part_max_ptr + row, row_max)
     tl.store(part_arg_ptr + row, row_arg)
     if not ALL_GREEDY:
@@ -233,23 +261,31 @@ def _fused_row_kernel(
             temp, min_value, threshold, row_max = _row_fold_max(
                 fold_temp_ptr, fold_min_ptr, fold_key_ptr, row, row_max, FOLD
             )
-            sum_fixed = _chunk_sum_fixed(
-                x_row, zero, vocab, n_tiles, row_max, temp, min_value, threshold,
-                BLOCK_V, FRAC, FOLD,
-            )
-            inv_den = _inv_denominator(sum_fixed, FRAC)
-            accepted = _accept_draft(
-                x_ptr, dp_ptr, row, req, row - start, draft, row_max, inv_den, u_ptr,
-                seed_ptr, vocab, temp, min_value, threshold, HAS_DRAFT_PROBS, SEEDED, FOLD,
-            )
+            has_softmax = _has_softmax(row_max)
+            accepted = tl.full((), 0, tl.int1)
+            inv_den = tl.zeros((), tl.float32)
+            if has_softmax:
+                sum_fixed = _chunk_sum_fixed(
+                    x_row, zero, vocab, n_tiles, row_max, temp, min_value, threshold,
+                    BLOCK_V, FRAC, FOLD,
+                )
+                inv_den = _inv_denominator(sum_fixed, FRAC)
+                accepted = _accept_draft(
+                    x_ptr, dp_ptr, row, req, row - start, draft, row_max, inv_den, u_ptr,
+                    seed_ptr, vocab, temp, min_value, threshold, HAS_DRAFT_PROBS, SEEDED,
+                    FOLD,
+                )
             tl.store(accept_ptr + row, accepted.to(tl.int8))
             # The recovered token matters only where this row's draft is rejected.
             if not accepted:
-                score, idx = _chunk_recover(
-                    x_ptr, dp_ptr, q_ptr, seed_ptr, row, req, draft, zero, vocab, n_tiles,
-                    row_max, inv_den, temp, min_value, threshold,
-                    BLOCK_V, HAS_DRAFT_PROBS, SEEDED, SCORE_DTYPE, FOLD,
-                )
+                score = tl.zeros((), SCORE_DTYPE)
+                idx = zero.to(tl.int32)
+                if has_softmax:
+                    score, idx = _chunk_recover(
+                        x_ptr, dp_ptr, q_ptr, seed_ptr, row, req, draft, zero, vocab,
+                        n_tiles, row_max, inv_den, temp, min_value, threshold,
+                        BLOCK_V, HAS_DRAFT_PROBS, SEEDED, SCORE_DTYPE, FOLD,
+                    )
                 tl.store(part_score_ptr + row, score)
                 tl.store(part_idx_ptr + row, idx)
 
@@ -263,7 +299,7 @@ def _split_max_kernel(
     pid = tl.program_id(0).to(tl.int64)
     row = pid // SPLITS
     lo = (pid % SPLITS) * chunk
-    best, best_idx = chunk_max(x_ptr + row * vocab, lo, vocab, n_tiles, BLOCK_V)
+    best, best_idx = chunk_first_max(x_ptr + row * vocab, lo, vocab, n_tiles, BLOCK_V)
     tl.store(part_max_ptr + pid, best)
     tl.store(part_arg_ptr + pid, best_idx)
 
@@ -272,7 +308,8 @@ def _split_max_kernel(
 def _row_max_from_parts(part_max_ptr, row, SPLITS: tl.constexpr, BLOCK_S: tl.constexpr):
     offs = tl.arange(0, BLOCK_S)
     parts = tl.load(part_max_ptr + row * SPLITS + offs, mask=offs < SPLITS, other=float("-inf"))
-    return tl.max(parts, axis=0)
+    row_max, _ = first_max(parts, BLOCK_S)  # NaN if a chunk holds one (tl.max drops it)
+    return row_max
 
 
 @triton.jit
@@ -291,12 +328,13 @@ def _split_sum_kernel(
             fold_temp_ptr, fold_min_ptr, fold_key_ptr, row,
             _row_max_from_parts(part_max_ptr, row, SPLITS, BLOCK_S), FOLD,
         )
-        lo = (pid % SPLITS) * chunk
-        acc = _chunk_sum_fixed(
-            x_ptr + row * vocab, lo, vocab, n_tiles, row_max, temp, min_value, threshold,
-            BLOCK_V, FRAC, FOLD,
-        )
-        tl.store(part_sum_ptr + pid, acc)
+        if _has_softmax(row_max):  # else no launch reads this row's sums
+            lo = (pid % SPLITS) * chunk
+            acc = _chunk_sum_fixed(
+                x_ptr + row * vocab, lo, vocab, n_tiles, row_max, temp, min_value, threshold,
+                BLOCK_V, FRAC, FOLD,
+            )
+            tl.store(part_sum_ptr + pid, acc)
 
 
 @triton.jit
@@ -319,23 +357,30 @@ def _split_recover_kernel(
             fold_temp_ptr, fold_min_ptr, fold_key_ptr, row,
             _row_max_from_parts(part_max_ptr, row, SPLITS, BLOCK_S), FOLD,
         )
-        offs = tl.arange(0, BLOCK_S)
-        sums = tl.load(part_sum_ptr + row * SPLITS + offs, mask=offs < SPLITS, other=0)
-        sum_fixed = tl.sum(sums, axis=0)
-        inv_den = _inv_denominator(sum_fixed, FRAC)
+        has_softmax = _has_softmax(row_max)
         draft = tl.load(draft_ptr + row).to(tl.int64)
-        accepted = _accept_draft(
-            x_ptr, dp_ptr, row, req, row - start, draft, row_max, inv_den, u_ptr, seed_ptr,
-            vocab, temp, min_value, threshold, HAS_DRAFT_PROBS, SEEDED, FOLD,
-        )
+        accepted = tl.full((), 0, tl.int1)
+        inv_den = tl.zeros((), tl.float32)
+        if has_softmax:
+            offs = tl.arange(0, BLOCK_S)
+            sums = tl.load(part_sum_ptr + row * SPLITS + offs, mask=offs < SPLITS, other=0)
+            sum_fixed = tl.sum(sums, axis=0)
+            inv_den = _inv_denominator(sum_fixed, FRAC)
+            accepted = _accept_draft(
+                x_ptr, dp_ptr, row, req, row - start, draft, row_max, inv_den, u_ptr, seed_ptr,
+                vocab, temp, min_value, threshold, HAS_DRAFT_PROBS, SEEDED, FOLD,
+            )
         if split == 0:
             tl.store(accept_ptr + row, accepted.to(tl.int8))
         if not accepted:
-            score, idx = _chunk_recover(
-                x_ptr, dp_ptr, q_ptr, seed_ptr, row, req, draft, split * chunk, vocab, n_tiles,
-                row_max, inv_den, temp, min_value, threshold,
-                BLOCK_V, HAS_DRAFT_PROBS, SEEDED, SCORE_DTYPE, FOLD,
-            )
+            score = tl.zeros((), SCORE_DTYPE)
+            idx = (split * chunk).to(tl.int32)
+            if has_softmax:
+                score, idx = _chunk_recover(
+                    x_ptr, dp_ptr, q_ptr, seed_ptr, row, req, draft, split * chunk, vocab,
+                    n_tiles, row_max, inv_den, temp, min_value, threshold,
+                    BLOCK_V, HAS_DRAFT_PROBS, SEEDED, SCORE_DTYPE, FOLD,
+                )
             tl.store(part_score_ptr + pid, score)
             tl.store(part_idx_ptr + pid, idx)
 
@@ -365,7 +410,7 @@ def _finalize_kernel(
             row = start + pos
             draft = tl.load(draft_ptr + row).to(tl.int32)
             if greedy:
-                token = argmax_of_parts(part_max_ptr, part_arg_ptr, row, SPLITS, BLOCK_S)
+                token = first_max_of_parts(part_max_ptr, part_arg_ptr, row, SPLITS, BLOCK_S)
                 accepted = draft == token
             else:
                 accepted = tl.load(accept_ptr + row) != 0
@@ -408,14 +453,14 @@ def rejection_sample(
     """Verify speculative drafts against target logits; vLLM 0.32 V1 semantics.
 
     Args:
-        draft_token_ids: ``[N]`` int32/int64 drafts of all requests, concatenated;
-            ``-1`` marks a padded draft, which is always rejected.
+        draft_token_ids: ``[N]`` int32/int64 drafts of all requests, concatenated, in
+            ``[0, V)``; ``-1`` (only) marks a padded draft, which is always rejected.
         cu_num_draft_tokens: ``[B]`` int32/int64 inclusive cumulative draft counts.
         target_logits: ``[N, V]`` float32/bfloat16/float16 target logits: with
             temperature, top-k and top-p already applied, or raw when they are passed
             (``temperature``, ``top_k``, ``top_p``, ``min_p``) to be applied inside.
-        bonus_token_ids: ``[B]`` or ``[B, 1]`` int32/int64, emitted when every draft of
-            a request is accepted.
+        bonus_token_ids: ``[B]`` or ``[B, 1]`` int32/int64 in ``[0, V)``, emitted when
+            every draft of a request is accepted.
         max_spec_len: Most drafts any request has; the output has ``max_spec_len + 1``
             columns.
         draft_probs: ``[N, V]`` float32 drafter probabilities; ``None`` for drafters
@@ -439,12 +484,19 @@ def rejection_sample(
             parameters are folded); ``None`` uses the default config of the launch's
             problem.
         validate: Check values that need the tensors' contents (monotonic
-            ``cu_num_draft_tokens``, draft counts) as well as shapes and dtypes. Callers
-            that guarantee them (the vLLM hook) pass ``False`` to avoid a device sync.
+            ``cu_num_draft_tokens``, draft counts, draft and bonus ids: one sync for the
+            ids together) as well as shapes and dtypes. Callers that guarantee them (the
+            vLLM hook) pass ``False`` to avoid device syncs; a draft id outside
+            ``[0, V)`` then counts as padding (nothing outside its row is read).
 
     Returns:
         ``[B, max_spec_len + 1]`` int32 tokens; ``PLACEHOLDER_TOKEN_ID`` (-1) where
-        nothing was emitted.
+        nothing was emitted. Non-finite inputs give defined tokens in ``[0, V)``, those of
+        :func:`~spectune.kernels.rejection_sample_reference`: a greedy row's token is its
+        ``torch.argmax`` (the first NaN if it holds one); a random row without a softmax
+        (a NaN or +inf logit, or only -inf: vLLM's softmax is NaN there) rejects its draft
+        and recovers token 0; a NaN draft probability rejects its draft and leaves a
+        residual of 0 (vLLM's ``tl.maximum(p - q, 0)`` on a GPU).
 
     Raises:
         ValueError: naming the offending argument, before any launch.
@@ -677,8 +729,9 @@ def _check_inputs(
                 f"cu_num_draft_tokens: a request has {int(counts.max())} drafts, more than "
                 f"max_spec_len = {max_spec_len}"
             )
-        if n_rows > 0 and bool((draft_token_ids >= vocab).any()):
-            raise ValueError(f"draft_token_ids must be < vocab size {vocab} (or -1 for padding)")
+        # Only -1 pads: any other id outside [0, V) is refused, not taken as padding.
+        check_token_ids({"draft_token_ids": draft_token_ids, "bonus_token_ids": bonus_token_ids},
+                        vocab=vocab, padding=("draft_token_ids",))
     elif batch == 0 and n_rows != 0:
         raise ValueError("cu_num_draft_tokens is empty but draft_token_ids is not")
     fold = _check_fold(temperature, top_k, top_p, min_p, is_greedy, batch=batch, on=on,

@@ -64,8 +64,19 @@ from spectune.kernels import rejection_mrv2_folded_space as _folded_space
 from spectune.kernels._counter_rng import coin, gumbel_noise
 from spectune.kernels._folding import fold, fold_rows, load_folded, row_fold
 from spectune.kernels._launch import launch_config
-from spectune.kernels._reductions import argmax_of_parts, chunk_max, split_row
-from spectune.kernels._tensors import INDEX_DTYPES, LOGITS_DTYPES, require_tensor
+from spectune.kernels._reductions import (
+    chunk_first_max,
+    first_max,
+    first_max_of_parts,
+    later_wins,
+    split_row,
+)
+from spectune.kernels._tensors import (
+    INDEX_DTYPES,
+    LOGITS_DTYPES,
+    check_token_ids,
+    require_tensor,
+)
 from spectune.kernels._truncation import TRITON_DIV
 from spectune.kernels.rejection_constants import FIXED_POINT_BITS, MAX_VOCAB
 from spectune.kernels.rejection_mrv2_constants import GROUP, PLACEHOLDER_TOKEN_ID
@@ -84,14 +95,24 @@ _CHAIN_NUM_WARPS = 1
 
 @triton.jit
 def _group_stats(x, BLOCK: tl.constexpr, FRAC: tl.constexpr):
-    """Max and fixed-point sum of exp(x - max) of every GROUP logits of a tile."""
+    """Max and fixed-point sum of exp(x - max) of every GROUP logits of a tile.
+
+    A group holding a NaN has max NaN, one holding +inf max +inf (its sum is then not
+    used): the row's normaliser becomes what ``torch.logsumexp`` gives
+    (:func:`_log_normaliser`). tl.max never sees a NaN (a GPU's reduction order would
+    decide what it returns)."""
     grouped = tl.reshape(x, (BLOCK // GROUP, GROUP))
-    gmax = tl.max(grouped, axis=1)
-    empty = gmax == float("-inf")
-    e = tl.exp(grouped - tl.where(empty, 0.0, gmax)[:, None])
+    nan = grouped != grouped
+    clean = tl.where(nan, float("-inf"), grouped)
+    gmax = tl.max(clean, axis=1)
+    # -inf: an empty group (sum 0); +inf: no finite shift (and no sum needed).
+    finite = (gmax - gmax) == 0.0
+    e = tl.exp(clean - tl.where(finite, gmax, 0.0)[:, None])
+    e = tl.where(finite[:, None], e, 0.0)
     # e is in [0, 1]: e * 2**FRAC is exact in float64; +0.5 and truncation round it.
     fixed = (e.to(tl.float64) * (2.0**FRAC) + 0.5).to(tl.int64)
-    return gmax, tl.sum(fixed, axis=1)
+    has_nan = tl.max(nan.to(tl.int32), axis=1) > 0
+    return tl.where(has_nan, float("nan"), gmax), tl.sum(fixed, axis=1)
 
 
 @triton.jit
@@ -119,18 +140,25 @@ def _chunk_group_stats(
 
 @triton.jit
 def _log_normaliser(gmax_ptr, gsum_ptr, n_groups, BLOCK_G: tl.constexpr, FRAC: tl.constexpr):
-    """log(sum(exp(x))) of a row from its group statistics, the same for every config."""
+    """log(sum(exp(x))) of a row from its group statistics, the same for every config;
+    as ``torch.logsumexp``: NaN if the row holds a NaN, else +inf if it holds +inf, -inf
+    if it holds only -inf."""
     offs = tl.arange(0, BLOCK_G)
     valid = offs < n_groups
     gmax = tl.load(gmax_ptr + offs, mask=valid, other=float("-inf"))
     gsum = tl.load(gsum_ptr + offs, mask=valid, other=0)
-    row_max = tl.max(gmax, axis=0)
+    nan = gmax != gmax
+    clean = tl.where(nan, float("-inf"), gmax)
+    row_max = tl.max(clean, axis=0)
+    finite = (row_max - row_max) == 0.0
     # Each group's sum rescaled to the row max and rounded to an integer: the total is
     # an integer sum, independent of order.
-    scale = tl.exp(gmax - row_max).to(tl.float64)
+    scale = tl.where(finite, tl.exp(clean - tl.where(finite, row_max, 0.0)), 0.0).to(tl.float64)
     scaled = (gsum.to(tl.float64) * scale + 0.5).to(tl.int64)
     total = tl.sum(tl.where(valid, scaled, 0), axis=0)
-    return row_max + tl.log((total.to(tl.float64) * (2.0 ** (-FRAC))).to(tl.float32))
+    lse = row_max + tl.log((total.to(tl.float64) * (2.0 ** (-FRAC))).to(tl.float32))
+    lse = tl.where(finite, lse, row_max)
+    return tl.where(tl.max(nan.to(tl.int32), axis=0) > 0, float("nan"), lse)
 
 
 @triton.jit
@@ -139,11 +167,6 @@ def _log1m(r):
     w = 1.0 - r
     exact = w == 1.0
     return tl.where(exact, -r, tl.log(w) * (-r) / tl.where(exact, -1.0, w - 1.0))
-
-
-# --------------------------------------------------------------------------------------
-# Kernels
-# --------------------------------------------------------------------------------------
 
 
 @triton.jit
@@ -176,11 +199,14 @@ def _stats_kernel(
         temp = tl.load(temp_ptr + state).to(tl.float32)
         lo = split * chunk
         if temp == 0.0:
-            best, best_idx = chunk_max(t_ptr + row * t_stride, lo, vocab, n_tiles, BLOCK_V)
+            best, best_idx = chunk_first_max(
+                t_ptr + row * t_stride, lo, vocab, n_tiles, BLOCK_V
+            )
             tl.store(part_max_ptr + row * SPLITS + split, best)
             tl.store(part_arg_ptr + row * SPLITS + split, best_idx)
-        elif step < n_drafts:  # noqa: SIM102 (`and` would read past a bonus row's drafts)
-            if tl.load(drafts_ptr + row + 1) >= 0:
+        elif step < n_drafts:  # (not `and`: the load would read past a bonus row's drafts)
+            next_id = tl.load(drafts_ptr + row + 1)
+            if (next_id >= 0) & (next_id < vocab):  # else a placeholder: nothing to test
                 f_temp, f_min, f_key = row_fold(
                     fold_temp_ptr, fold_min_ptr, fold_key_ptr, row, FOLD
                 )
@@ -258,7 +284,7 @@ def _decide_kernel(
             for j in range(step):
                 if reached:
                     earlier = tl.load(drafts_ptr + start + j + 1).to(tl.int64)
-                    reached = earlier >= 0
+                    reached = (earlier >= 0) & (earlier < vocab)
                     if reached:
                         reached, _, _ = _accepts(
                             t_ptr, t_stride, d_ptr, d_stride0, d_stride1, t_gmax_ptr,
@@ -267,8 +293,9 @@ def _decide_kernel(
                             tl.load(pos_ptr + start + j), n_groups,
                             BLOCK_G, FRAC, HAS_DRAFT_LOGITS, FOLD,
                         )
-            # A bonus row, or a placeholder that ends the chain: sample from p itself.
-            plain = draft < 0
+            # A bonus row, or a placeholder that ends the chain: sample from p itself. An id
+            # outside [0, V) (refused unless validate=False) is a placeholder too.
+            plain = (draft < 0) | (draft >= vocab)
             accepted = tl.full((), 0, tl.int1)
             t_lse = tl.zeros((), tl.float32)
             d_lse = tl.zeros((), tl.float32)
@@ -279,8 +306,9 @@ def _decide_kernel(
                     step, draft, state, temp, seed, pos, n_groups, BLOCK_G, FRAC,
                     HAS_DRAFT_LOGITS, FOLD,
                 )
-                if split == 0:
-                    tl.store(accept_ptr + row, accepted.to(tl.int8))
+            if reached and split == 0:
+                # Also for a placeholder past V, which the chain reads as a rejected draft.
+                tl.store(accept_ptr + row, accepted.to(tl.int8))
             if reached and not accepted:
                 f_temp, f_min, f_key = row_fold(
                     fold_temp_ptr, fold_min_ptr, fold_key_ptr, row, FOLD
@@ -313,9 +341,10 @@ def _decide_kernel(
                         residual = residual.to(tl.float64)
                     score = residual + gumbel_noise(seed, pos, idx, USE_FP64)
                     score = tl.where(in_vocab, score, float("-inf"))
-                    tile_best, tile_arg = tl.max(score, axis=0, return_indices=True)
-                    # Strictly greater: an earlier tile keeps a tie (lowest index).
-                    if tile_best > best:
+                    # A NaN logit (no draft logits, or a plain row) wins, as torch.argmax's.
+                    tile_best, tile_arg = first_max(score, BLOCK_R)
+                    # An earlier tile keeps a tie (lowest index).
+                    if later_wins(tile_best, best):
                         best = tile_best
                         best_idx = (lo + t * BLOCK_R + tile_arg).to(tl.int32)
                 tl.store(part_score_ptr + row * SPLITS + split, best)
@@ -344,12 +373,12 @@ def _chain_kernel(
             row = start + step
             draft = tl.load(drafts_ptr + row + 1).to(tl.int64)
             if greedy:
-                token = argmax_of_parts(
+                token = first_max_of_parts(
                     part_max_ptr, part_arg_ptr, row, SPLITS_V, BLOCK_SV
                 ).to(tl.int64)
                 accepted = token == draft
             elif draft < 0:
-                token = argmax_of_parts(
+                token = first_max_of_parts(
                     part_score_ptr, part_idx_ptr, row, SPLITS_R, BLOCK_SR
                 ).to(tl.int64)
                 accepted = tl.full((), 0, tl.int1)
@@ -357,7 +386,7 @@ def _chain_kernel(
                 accepted = tl.load(accept_ptr + row) != 0
                 token = draft
                 if not accepted:
-                    token = argmax_of_parts(
+                    token = first_max_of_parts(
                         part_score_ptr, part_idx_ptr, row, SPLITS_R, BLOCK_SR
                     ).to(tl.int64)
             tokens = tl.where(offs == step, token, tokens)
@@ -366,9 +395,9 @@ def _chain_kernel(
     if verifying:
         row = start + n_drafts
         if greedy:
-            token = argmax_of_parts(part_max_ptr, part_arg_ptr, row, SPLITS_V, BLOCK_SV)
+            token = first_max_of_parts(part_max_ptr, part_arg_ptr, row, SPLITS_V, BLOCK_SV)
         else:
-            token = argmax_of_parts(part_score_ptr, part_idx_ptr, row, SPLITS_R, BLOCK_SR)
+            token = first_max_of_parts(part_score_ptr, part_idx_ptr, row, SPLITS_R, BLOCK_SR)
         tokens = tl.where(offs == n_drafts, token.to(tl.int64), tokens)
     tl.store(sampled_ptr + req * (STEPS + 1) + offs, tokens, mask=offs <= STEPS)
     tl.store(num_sampled_ptr + req, n_accepted + 1)
@@ -414,8 +443,9 @@ def rejection_sample_mrv2(
         draft_logits: ``[max_num_reqs, k, V']`` drafter logits before temperature,
             indexed by request state and draft step (``V' >= V``), or ``None`` for
             drafters without logits (ngram).
-        draft_sampled: ``[num_logits]`` int32/int64; ``draft_sampled[r + 1]`` is the draft
-            row ``r`` verifies; ``-1`` is a placeholder, never accepted.
+        draft_sampled: ``[num_logits]`` int32/int64 in ``[0, V)``; ``draft_sampled[r + 1]``
+            is the draft row ``r`` verifies; ``-1`` (only) is a placeholder, never
+            accepted.
         cu_num_logits: ``[num_reqs + 1]`` int32/int64 row offsets, starting at 0.
         pos: ``[num_logits]`` int64 position of each row (the random streams' counter).
         idx_mapping: ``[num_reqs]`` request state of each request.
@@ -443,11 +473,18 @@ def rejection_sample_mrv2(
             problem.
         validate: Also check what needs the tensors' contents (row offsets, mappings,
             draft ids); callers that guarantee them (the vLLM router) pass ``False``: no
-            device sync then.
+            device sync then, and a draft id outside ``[0, V)`` counts as a placeholder
+            (nothing outside its row is read).
 
     Returns:
         ``(sampled, num_sampled)``: ``[num_reqs, k + 1]`` int64 tokens (``-1`` past each
         request's count) and ``[num_reqs]`` int32 counts (accepted drafts + 1).
+        Non-finite logits give defined tokens in ``[0, V)``, those of
+        :func:`~spectune.kernels.rejection_sample_mrv2_reference`: a greedy row's token
+        is its ``torch.argmax`` (the first NaN if it holds one); a random row's
+        normalisers are ``torch.logsumexp``'s (NaN, +inf or -inf), so a NaN or +inf
+        target logit, or only -inf, rejects the draft; the Gumbel-max draw is an argmax
+        in ``torch.argmax``'s order (a NaN logit of a row sampled from ``p`` is drawn).
 
     Raises:
         ValueError: naming the offending argument, before any launch.
@@ -744,9 +781,7 @@ def _check_contents(
     local = torch.arange(num_logits, dtype=torch.int64) - starts
     if not torch.equal(expanded_local_pos.to(torch.int64).cpu(), local):
         raise ValueError("expanded_local_pos must count each request's rows from 0")
-    ids = drafts.to(torch.int64).cpu()
-    if bool((ids >= vocab).any()) or bool((ids < -1).any()):
-        raise ValueError(f"draft_sampled must be in [0, {vocab}) or -1 (a placeholder)")
+    check_token_ids({"draft_sampled": drafts}, vocab=vocab, padding=("draft_sampled",))
     if bool((pos.to(torch.int64).cpu() < 0).any()):
         raise ValueError("pos must be non-negative")
     temps = temperature.cpu()

@@ -11,13 +11,15 @@ from spectune.kernels import rejection_mrv2_space
 from spectune.kernels._space_parts import FOLD_DEFAULTS, folded_space
 from spectune.space import Problem, SearchSpace
 
-__all__ = ["SEARCH_SPACE", "default_config", "problem_for", "search_space"]
+__all__ = ["LIMITS", "SEARCH_SPACE", "default_config", "problem_for", "search_space"]
 
 #: Every launch parameter the folded kernels take, on every backend.
 SEARCH_SPACE = folded_space(rejection_mrv2_space.SEARCH_SPACE)
 
 #: The same shapes as the unfolded family's.
 problem_for = rejection_mrv2_space.problem_for
+#: The same limits as the unfolded family's (the same kernels).
+LIMITS = rejection_mrv2_space.LIMITS
 
 
 def search_space(backend: str) -> SearchSpace:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import torch
 
+from spectune.kernels._space_parts import LIMITS as _SHARED_LIMITS
 from spectune.kernels._space_parts import (
     NUM_STAGES,
     NUM_WARPS,
@@ -24,7 +25,7 @@ from spectune.kernels._tensors import dtype_name
 from spectune.kernels.rejection_mrv2_constants import GROUP
 from spectune.space import Param, Problem, SearchSpace
 
-__all__ = ["SEARCH_SPACE", "default_config", "problem_for", "search_space"]
+__all__ = ["LIMITS", "SEARCH_SPACE", "default_config", "problem_for", "search_space"]
 
 #: Every launch parameter the kernels take, on every backend.
 SEARCH_SPACE = SearchSpace(
@@ -47,6 +48,10 @@ if min(TILES) % GROUP.value:
 # Defaults: vLLM's MRV2 tiles (8192 for the statistics, 1024 for resampling).
 _DEFAULT_BLOCK_V = 8192
 _DEFAULT_BLOCK_R = 1024
+
+
+#: The largest problem the kernels take (see :data:`spectune.kernels._space_parts.LIMITS`).
+LIMITS = _SHARED_LIMITS
 
 
 def search_space(backend: str) -> SearchSpace:

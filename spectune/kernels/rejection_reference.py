@@ -60,7 +60,9 @@ def rejection_sample_reference(
 ) -> ReferenceResult:
     """Plain PyTorch version of vLLM 0.32's V1 rejection sampling (GPU semantics).
 
-    Probabilities are ``torch.softmax`` in float32, as vLLM computes them. With
+    Probabilities are ``torch.softmax`` in float32, as vLLM computes them; a row whose
+    softmax is NaN (a NaN or +inf logit, or only -inf) rejects its draft and recovers
+    token 0, its residual being 0 where NaN (see :func:`_recovered_token`). With
     ``seeds``, the random inputs are those of
     :func:`~spectune.kernels.rejection_inputs.draw_random_inputs`. The arguments are
     those of :func:`~spectune.kernels.rejection_sample` (shapes, dtypes), and ``rtol``.
@@ -145,6 +147,9 @@ def _recovered_token(
         residual = p.clone()
         if draft >= 0:
             residual[draft] = 0.0
+    # A NaN residual (a row without a softmax: NaN, +inf or only -inf logits; a NaN draft
+    # prob) is 0, as vLLM's tl.maximum(p - q, 0) makes it on a GPU (torch.clamp keeps it).
+    residual = torch.where(residual.isnan(), 0.0, residual)
     score = residual.to(inv_q.dtype) * inv_q
     best = int(torch.argmax(score))
     top = torch.topk(score, k=min(2, score.numel())).values

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import torch
 
+from spectune.kernels._space_parts import LIMITS as _SHARED_LIMITS
 from spectune.kernels._space_parts import (
     NUM_STAGES,
     NUM_WARPS,
@@ -23,7 +24,7 @@ from spectune.kernels._space_parts import (
 from spectune.kernels._tensors import dtype_name
 from spectune.space import Param, Problem, SearchSpace
 
-__all__ = ["SEARCH_SPACE", "default_config", "problem_for", "search_space"]
+__all__ = ["LIMITS", "SEARCH_SPACE", "default_config", "problem_for", "search_space"]
 
 #: Every launch parameter the kernels take, on every backend.
 SEARCH_SPACE = SearchSpace(
@@ -40,6 +41,11 @@ SEARCH_SPACE = SearchSpace(
 
 # Default: vLLM's V1 vocab tile.
 _DEFAULT_BLOCK_V = 8192
+
+
+#: The largest problem the kernels take (k, batch and vocabulary limits: see
+#: :data:`spectune.kernels._space_parts.LIMITS`; the batch one is this family's block).
+LIMITS = _SHARED_LIMITS
 
 
 def search_space(backend: str) -> SearchSpace:

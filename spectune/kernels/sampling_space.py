@@ -6,11 +6,12 @@ source hash.
 
 from __future__ import annotations
 
+from spectune.kernels._space_parts import LIMITS as _SHARED_LIMITS
 from spectune.kernels._space_parts import launch_defaults, rows_problem
 from spectune.kernels.topk_topp_space import SEARCH_SPACE as _TOPK_TOPP_SPACE
 from spectune.space import Problem, SearchSpace
 
-__all__ = ["SEARCH_SPACE", "default_config", "problem_for", "search_space"]
+__all__ = ["LIMITS", "SEARCH_SPACE", "default_config", "problem_for", "search_space"]
 
 #: The fused sampler runs the top-k/top-p threshold search plus a Gumbel-max pass: the
 #: same parameters, tuned on their own.
@@ -18,6 +19,10 @@ SEARCH_SPACE = SearchSpace(params=_TOPK_TOPP_SPACE.params,
                            constraints=_TOPK_TOPP_SPACE.constraints)
 
 _DEFAULT = {"BLOCK_V": 2048, "PIVOTS": 16}
+
+
+#: The largest problem the kernel takes (see :data:`spectune.kernels._space_parts.LIMITS`).
+LIMITS = _SHARED_LIMITS
 
 
 def search_space(backend: str) -> SearchSpace:

@@ -6,6 +6,7 @@ family's source hash.
 
 from __future__ import annotations
 
+from spectune.kernels._space_parts import LIMITS as _SHARED_LIMITS
 from spectune.kernels._space_parts import (
     NUM_STAGES,
     NUM_WARPS,
@@ -17,7 +18,7 @@ from spectune.kernels._space_parts import (
 )
 from spectune.space import Param, Problem, SearchSpace
 
-__all__ = ["SEARCH_SPACE", "default_config", "problem_for", "search_space"]
+__all__ = ["LIMITS", "SEARCH_SPACE", "default_config", "problem_for", "search_space"]
 
 #: Every launch parameter the kernel takes, on every backend. One program scales one
 #: ``BLOCK_V``-wide tile of one row (no loop: ``num_stages`` is kept for the launch's
@@ -35,6 +36,10 @@ SEARCH_SPACE = SearchSpace(
 
 # Default: vLLM's MRV2 temperature tile.
 _DEFAULT_BLOCK_V = 8192
+
+
+#: The largest problem the kernel takes (see :data:`spectune.kernels._space_parts.LIMITS`).
+LIMITS = _SHARED_LIMITS
 
 
 def search_space(backend: str) -> SearchSpace:

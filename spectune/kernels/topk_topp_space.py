@@ -6,6 +6,7 @@ source hash.
 
 from __future__ import annotations
 
+from spectune.kernels._space_parts import LIMITS as _SHARED_LIMITS
 from spectune.kernels._space_parts import (
     NUM_STAGES,
     NUM_WARPS,
@@ -19,7 +20,7 @@ from spectune.kernels._space_parts import (
 )
 from spectune.space import Param, Problem, SearchSpace
 
-__all__ = ["SEARCH_SPACE", "default_config", "problem_for", "search_space"]
+__all__ = ["LIMITS", "SEARCH_SPACE", "default_config", "problem_for", "search_space"]
 
 #: Every launch parameter the kernel takes, on every backend.
 SEARCH_SPACE = SearchSpace(
@@ -34,6 +35,10 @@ SEARCH_SPACE = SearchSpace(
 )
 
 _DEFAULT = {"BLOCK_V": 2048, "PIVOTS": 16}
+
+
+#: The largest problem the kernel takes (see :data:`spectune.kernels._space_parts.LIMITS`).
+LIMITS = _SHARED_LIMITS
 
 
 def search_space(backend: str) -> SearchSpace:

@@ -162,8 +162,8 @@ _SAME = {
         "rejection.py", "Chain verification of speculative drafts: greedy and rejection",
         "Chain verification of speculative drafts, greedy and rejection"),
     "kernel docstring": (
-        "_reductions.py", '"""Max of x[lo : lo + n_tiles * BLOCK_V]',
-        '"""The max of x[lo : lo + n_tiles * BLOCK_V]'),
+        "_reductions.py", '"""Max of x[lo : lo + n_tiles * BLOCK_V] (clipped to vocab), first',
+        '"""The max of x[lo : lo + n_tiles * BLOCK_V] (clipped to vocab), first'),
     "launcher docstring": (
         "rejection.py", "Verify speculative drafts against target logits; vLLM 0.32 V1 semantics.",
         "Verify drafts against the target's logits, with vLLM 0.32's V1 semantics."),
@@ -212,8 +212,9 @@ _CHANGED = {
         "rejection_constants.py", "FIXED_POINT_BITS = 42", "FIXED_POINT_BITS = 41",
         {V1, MRV2, TOPK_TOPP, SAMPLE, V1F, MRV2F}),
     "shared reduction": (
-        "_reductions.py", "return tl.load(index_ptr + row * SPLITS + which)",
-        "return tl.load(index_ptr + row * SPLITS + which) + 0",
+        "_reductions.py",
+        "return_indices=True)\n    return tl.load(index_ptr + row * SPLITS + which)",
+        "return_indices=True)\n    return tl.load(index_ptr + row * SPLITS + which) + 0",
         {V1, MRV2, GUMBEL, MIN_P, SAMPLE, V1F, MRV2F}),
     "mrv2 kernel code": (
         "rejection_mrv2.py", "scaled = (gsum.to(tl.float64) * scale + 0.5)",
