@@ -10,6 +10,10 @@ and seconds per run. ``--synthetic N`` adds N generated spaces (seeds S..S+N-1 w
 temporary directory; a start past the seeds used while designing a strategy gives
 spaces it has not seen.
 
+Candidates ``kt-<strategy>`` (``kt-genetic_algorithm``, ``kt-bayes_opt``, ...) are
+Kernel Tuner 1.5's strategies in its simulation mode on the same files, seeds and
+score (``pip install 'spectune[bench]'``; how evaluations are counted: kt_peers.py).
+
 ``--leave-one-out`` judges the choice among the ``--samplers`` (strategies, schedules,
 hyperparameters: the candidates) on spaces it never saw: for each file in turn, the
 candidate with the best score on the *other* files (the mean, over those files and the
@@ -88,6 +92,12 @@ def _gp_pair(seed: int, *, every: int, **gp: object) -> InterleavedStrategy:
     return InterleavedStrategy(local, _GP(radius=None, **gp), every=every)  # type: ignore[arg-type]
 
 
+def _portfolio(seed: int) -> InterleavedStrategy:
+    """``gp-tr-align`` and ``gp-ts`` (``auto``) taking turns on one history: their misses at
+    100 evaluations fall on different spaces (docs/replay.md)."""
+    return InterleavedStrategy(_GP(alignment=True), STRATEGIES["gp-ts"](seed), every=2)
+
+
 def optuna_tpe(seed: int, **kw: object) -> object:
     import optuna
 
@@ -131,6 +141,7 @@ VARIANTS = {
     "gp-ts-lines-e8": functools.partial(_gp_ts_variant, lines_after=16, elites=8, stall=40),
     "gp-ts-lines-10": functools.partial(_gp_ts_variant, lines_after=10, stall=30),
     "gp-ts-worst": functools.partial(_gp_ts_variant, lines_after=16, stall=40),
+    "gp-tr-align+gp-ts": _portfolio,
 }
 
 #: Synthetic spaces: (roughness, fail fraction) cycled over seeds.
@@ -141,6 +152,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--files", default="", help="comma-separated T4 files (default: shared)")
     parser.add_argument("--samplers", default="auto,random")
+    parser.add_argument("--peers", default="",
+                        help="strategies reported beside the chosen one, never chosen "
+                        "(kt-<strategy>, tpe, optuna-gp, ...)")
     parser.add_argument("--repeats", type=int, default=20)
     parser.add_argument("--budget", type=int, default=100)
     parser.add_argument("--workers", type=int, default=1)
@@ -167,22 +181,27 @@ def main() -> int:
     rows = []
     for f in files:
         space = load_t4(f)
-        for name in args.samplers.split(","):
-            sampler = name if name in STRATEGIES else VARIANTS[name]
+        peers = [p for p in args.peers.split(",") if p]
+        for name in [*args.samplers.split(","), *peers]:
             start = time.monotonic()
-            report = replay(
-                space,
-                budget=args.budget,
-                repeats=args.repeats,
-                sampler=sampler,
-                workers=args.workers,
-                noisy=args.noisy,
-            )
+            if name.startswith(KT_PREFIX):
+                report = _kt_report(space, name[len(KT_PREFIX):], args)
+            else:
+                sampler = name if name in STRATEGIES else VARIANTS[name]
+                report = replay(
+                    space,
+                    budget=args.budget,
+                    repeats=args.repeats,
+                    sampler=sampler,
+                    workers=args.workers,
+                    noisy=args.noisy,
+                )
             seconds = (time.monotonic() - start) * args.workers / args.repeats
             at100 = report.engine_curves[:, min(100, args.budget) - 1]
             row = {
                 "file": space.name,
                 "sampler": name,
+                "role": "peer" if name in peers else "candidate",
                 "repeats": args.repeats,
                 "noisy": args.noisy,
                 "hit95_at_100": float(np.mean(at100 >= 0.95)),
@@ -222,6 +241,22 @@ def main() -> int:
     return 0
 
 
+#: Candidates named ``kt-<strategy>`` are Kernel Tuner's strategies (benchmarks/kt_peers.py).
+KT_PREFIX = "kt-"
+
+
+def _kt_report(space: object, strategy: str, args: argparse.Namespace) -> object:
+    if args.noisy:
+        raise SystemExit("Kernel Tuner peers replay recorded means only (no --noisy)")
+    try:
+        from kt_peers import kt_replay
+    except ImportError as exc:
+        raise SystemExit(f"kt-* candidates need Kernel Tuner: pip install 'spectune[bench]' "
+                         f"({exc})") from None
+    return kt_replay(space, strategy=strategy, budget=args.budget,  # type: ignore[arg-type]
+                     repeats=args.repeats, workers=args.workers)
+
+
 def selection_score(run: dict[str, object]) -> float:
     """What a candidate is chosen by: its mean median fraction over the budgets."""
     results = run["results"]
@@ -244,7 +279,8 @@ def leave_one_out(rows: list[dict[str, object]]) -> dict[str, object]:
     for row in rows:
         runs.setdefault(str(row["file"]), {})[str(row["sampler"])] = row
     files = list(runs)
-    candidates = list(runs[files[0]])
+    candidates = [n for n, r in runs[files[0]].items() if r.get("role", "candidate") == "candidate"]
+    peers = [n for n, r in runs[files[0]].items() if r.get("role") == "peer"]
     held_out = []
     for held in files:
         others = [f for f in files if f != held]
@@ -256,6 +292,7 @@ def leave_one_out(rows: list[dict[str, object]]) -> dict[str, object]:
         held_out.append({
             "file": held, "chosen": chosen, "scores_on_others": scores,
             "repeats": run["repeats"], "results": run["results"],
+            "peers": {p: runs[held][p]["results"] for p in peers},
         })
     worst = []
     for i, result in enumerate(held_out[0]["results"]):  # type: ignore[arg-type]
@@ -264,7 +301,7 @@ def leave_one_out(rows: list[dict[str, object]]) -> dict[str, object]:
         worst.append({"budget": result["budget"], "median_fraction": value, "file": where,
                       "random_median_fraction": min(
                           h["results"][i]["random_median_fraction"] for h in held_out)})  # type: ignore[index]
-    return {"candidates": candidates, "held_out": held_out, "worst": worst}
+    return {"candidates": candidates, "peers": peers, "held_out": held_out, "worst": worst}
 
 
 def loo_table(loo: dict[str, object]) -> str:
@@ -286,6 +323,29 @@ def loo_table(loo: dict[str, object]) -> str:
     assert isinstance(worst, list)
     lines.append("| **worst held-out** | | | " + " | ".join(
         f"**{w['median_fraction']:.3f}** ({w['file']})" for w in worst) + " |")
+    if loo.get("peers"):
+        lines += ["", peers_table(loo)]
+    return "\n".join(lines)
+
+
+def peers_table(loo: dict[str, object]) -> str:
+    """Per held-out file and budget: the chosen candidate, every peer, random search.
+
+    Medians over the same seeds; the best peer of each cell in bold when it beats ours.
+    """
+    held_out = loo["held_out"]
+    peers = loo["peers"]
+    assert isinstance(held_out, list) and isinstance(peers, list)
+    lines = ["| held-out file | evals | ours (chosen) | " + " | ".join(peers) + " | random |",
+             "|---|---|---|" + "---|" * (len(peers) + 1)]
+    for h in held_out:
+        for i, ours in enumerate(h["results"]):
+            values = [h["peers"][p][i]["median_fraction"] for p in peers]
+            best = max(values)
+            cells = [f"**{v:.3f}**" if v == best and v > ours["median_fraction"] else f"{v:.3f}"
+                     for v in values]
+            lines.append(f"| {h['file']} | {ours['budget']} | {ours['median_fraction']:.3f} | "
+                         + " | ".join(cells) + f" | {ours['random_median_fraction']:.3f} |")
     return "\n".join(lines)
 
 

@@ -10,6 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -63,3 +64,51 @@ def test_folded_benchmark_quick_run_counts_fewer_bytes_folded(tmp_path: Path) ->
     assert mrv2["buffer_bytes"] == mrv2["rows"] * mrv2["vocab"] * 4
     assert report["mismatches"] == 0
     assert "| runner |" in done.stdout
+
+
+def test_kernel_tuner_peers_replay_the_same_space_and_seeds(tmp_path: Path) -> None:
+    """benchmarks/kt_peers.py: Kernel Tuner's strategies in simulation mode on a recorded
+    space, failures charged, scored as our replays are; a budget past the space's size
+    lets random_sample evaluate every configuration and find the optimum."""
+    if not os.environ.get("CI"):  # scripts/test.sh installs it: in CI a skip would hide rot
+        pytest.importorskip("kernel_tuner", reason="the bench extra: pip install '.[bench]'")
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        from kt_peers import kt_replay
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+    from spectune.autotune.replay import SyntheticSpec, load_t4, replay, write_synthetic
+
+    spec = SyntheticSpec(tiles=2, knobs=1, switches=0, interactions=1, roughness=0.1,
+                         fail_fraction=0.2, max_configs=60)
+    space = load_t4(write_synthetic(tmp_path / "s_T4.json.gz", spec, seed=3))
+    size = len(space.records)
+    assert any(not r.ok for r in space.records.values())  # failures are in the space
+    report = kt_replay(space, strategy="random_sample", budget=size, repeats=2)
+    assert report.engine_curves.shape == (2, size)
+    assert np.all(report.engine_curves[:, -1] == 1.0)
+    assert np.all(np.diff(report.engine_curves, axis=1) >= 0)
+    # The random-search baseline is ours, on the seeds replay() gives its runs.
+    ours = replay(space, budget=size, repeats=2, sampler="random")
+    assert np.array_equal(report.random_curves, ours.random_curves)
+    ga = kt_replay(space, strategy="genetic_algorithm", budget=20, repeats=2)
+    assert np.all((ga.engine_curves >= 0) & (ga.engine_curves <= 1))
+
+
+def test_leave_one_out_reports_peers_beside_and_never_chooses_them(tmp_path: Path) -> None:
+    out = tmp_path / "loo.json"
+    done = subprocess.run(
+        [sys.executable, "benchmarks/bench_replay.py", "--leave-one-out", "--no-shared",
+         "--synthetic", "2", "--repeats", "2", "--budget", "20", "--samplers", "random,gp-tr",
+         "--peers", "tpe", "--out", str(out)],
+        cwd=ROOT, capture_output=True, text=True, timeout=600, check=False,
+    )
+    assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
+    loo = json.loads(out.read_text())["leave_one_out"]
+    assert loo["candidates"] == ["random", "gp-tr"] and loo["peers"] == ["tpe"]
+    runs = json.loads(out.read_text())["runs"]
+    for held in loo["held_out"]:
+        assert held["chosen"] in ("random", "gp-tr")
+        tpe = next(r for r in runs if r["file"] == held["file"] and r["sampler"] == "tpe")
+        assert held["peers"]["tpe"] == tpe["results"]
+    assert "| held-out file | evals | ours (chosen) | tpe | random |" in done.stdout

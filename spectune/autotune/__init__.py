@@ -23,6 +23,7 @@ from spectune.autotune._outcome import FAILURE_KINDS, Outcome, Status, TrialReco
 from spectune.autotune._space_index import SpaceIndex
 from spectune.autotune._strategies import STRATEGIES
 from spectune.autotune._strategy import History, ProposalContext, Strategy
+from spectune.autotune._transfer import TransferStrategy
 
 __all__ = [
     "FAILURE_KINDS",
@@ -39,6 +40,7 @@ __all__ = [
     "SpaceIndex",
     "Status",
     "Strategy",
+    "TransferStrategy",
     "TrialRecord",
     "search",
 ]

@@ -3,16 +3,22 @@
 For each (kernel, k, batch, vocab, dtype, draft probs) on the current device:
 
 1. open (or resume) the problem's Optuna study in ``storage``;
-2. warm-start it with the kernel's default config and the best configs of neighbouring
-   problems from the database;
+2. warm-start it with the kernel's default config, and let it try what the database
+   knows (the best configs of neighbouring problems on this device, then of the same
+   kernel on other GPU models) on alternate turns while they keep improving
+   (:class:`~spectune.autotune.TransferStrategy`; ``--no-transfer`` to start cold);
 3. run trials (compile -> gate against the reference -> time) until a stop condition;
-4. re-measure the best config and the default side by side and promote the best into
-   the database only when it is faster by the promotion rule (>= 3% at p50 and
-   non-overlapping p20-p80 ranges); the row carries its provenance.
+4. promote the best config into the database only when it is faster than the
+   incumbent (the database's row for the problem, else the default) by the promotion
+   rule (>= 3% at p50 and non-overlapping p20-p80 ranges), the two measured side by side
+   in this run until the rule decides (:func:`spectune.promotion.decide_side_by_side`);
+   the row carries its provenance. A best config the database already holds is up to
+   date: nothing is measured again, so a rerun of a finished study keeps its verdict.
 """
 
 from __future__ import annotations
 
+import math
 import multiprocessing
 import os
 import socket
@@ -20,20 +26,57 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from spectune.autotune._engine import Search, SearchObserver, search
+from spectune.autotune._strategies import STRATEGIES, make_strategy
+from spectune.autotune._strategy import Strategy
+from spectune.autotune._transfer import TransferStrategy
 from spectune.autotune.problems import SweepItem, study_name
 from spectune.autotune.trial import TrialRunner
 from spectune.identity import DeviceIdentity, SoftwareIdentity, detect_device, detect_software
-from spectune.kernels import family_space, get_family
-from spectune.promotion import Timing, is_significantly_faster
+from spectune.kernels import KernelFamily, family_space, get_family
+from spectune.promotion import Timing, decide_side_by_side
 
-__all__ = ["SweepOptions", "SweepResult", "default_storage", "run_item"]
+if TYPE_CHECKING:
+    from spectune.db import Store
+
+__all__ = ["MAX_SEED", "SweepOptions", "SweepResult", "default_storage", "max_workers",
+           "run_item"]
+
+# Worker i of a study seeds its sampler with seed + stride * i + pid % stride: apart from
+# the main process's and each other's.
+_WORKER_SEED_STRIDE = 1000
+#: Largest seed: Optuna's samplers take seeds below 2**32 (numpy's RandomState), and
+#: the workers of a study add less than ``1000 * workers`` to theirs; 2**31 - 1 leaves
+#: them that room.
+MAX_SEED = 2**31 - 1
+
+
+def max_workers() -> int:
+    """Most processes that may share one study from one command: four per CPU core.
+
+    Each is a process of its own (its own imports and inputs) compiling and gating
+    trials; a few per core keep a GPU busy while others compile, many more only queue
+    up and hold memory. Never fewer than four, so a small machine can still run a
+    multi-worker sweep.
+    """
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        cores = os.cpu_count() or 1
+    return 4 * max(cores, 1)
 
 
 @dataclass(frozen=True)
 class SweepOptions:
-    """Limits and places of a sweep (see ``spectune sweep --help``)."""
+    """Limits and places of a sweep (see ``spectune sweep --help``).
+
+    Checked when made, before any input is made or trial run.
+
+    Raises:
+        ValueError: naming the field, for a value out of its range or an unknown sampler.
+    """
 
     trials: int | None = 30
     time_budget: float | None = None
@@ -44,6 +87,32 @@ class SweepOptions:
     sampler: str = "auto"
     seed: int = 0
     trial_time_limit: float | None = 300.0
+    #: Start each study from the database's prior (:func:`transfer_prior`).
+    transfer: bool = True
+
+    def __post_init__(self) -> None:
+        for name, low, high, optional in (
+            ("trials", 1, None, True),
+            ("patience", 1, None, True),
+            ("workers", 1, max_workers(), False),
+            ("seed", 0, MAX_SEED, False),
+        ):
+            value = getattr(self, name)
+            if value is None and optional:
+                continue
+            if (isinstance(value, bool) or not isinstance(value, int) or value < low
+                    or (high is not None and value > high)):
+                bounds = f">= {low}" if high is None else f"in [{low}, {high}]"
+                raise ValueError(f"{name} must be an integer {bounds}, got {value!r}")
+        for name in ("time_budget", "trial_time_limit"):
+            value = getattr(self, name)
+            if value is not None and (
+                isinstance(value, bool) or not isinstance(value, (int, float))
+                or not math.isfinite(value) or value <= 0
+            ):
+                raise ValueError(f"{name} must be a finite number > 0 or None, got {value!r}")
+        if isinstance(self.sampler, str) and self.sampler not in STRATEGIES:
+            raise ValueError(f"sampler must be one of {sorted(STRATEGIES)}, got {self.sampler!r}")
 
 
 @dataclass(frozen=True)
@@ -60,11 +129,16 @@ class SweepResult:
     failed: int
     invalid: int
     stop_reason: str
-    promoted: str  # inserted | replaced | kept | unchanged | not faster | no result
+    # inserted | replaced | kept | unchanged (the database's verdict on a faster best),
+    # not faster (than the incumbent, which stays), up to date (the database already
+    # holds the best), default is best, no result
+    promoted: str
     seconds: float
 
     @property
     def speedup(self) -> float | None:
+        """The default's median over the best's; exactly 1 when the default is the best
+        (one measurement stands for both)."""
         if self.default is None or self.best is None:
             return None
         return self.default.p50 / self.best.p50
@@ -86,8 +160,10 @@ def run_item(
     software: SoftwareIdentity | None = None,
 ) -> SweepResult:
     """Tune one problem and promote its best config; see the module docstring."""
-    from spectune.db import TunedRow, open_store
+    from spectune.db import open_store
 
+    if not isinstance(options, SweepOptions):
+        raise TypeError(f"options must be SweepOptions, got {type(options).__name__}")
     started = time.monotonic()
     device = device or detect_device()
     software = software or detect_software()
@@ -98,20 +174,19 @@ def run_item(
     store = open_store(options.db)
     try:
         default_config = family.default_config(item.problem, device.backend)
-        neighbours = store.best_configs_near(
-            kernel=item.kernel, device=device, problem=item.problem,
-            triton=software.triton, kernel_hash=family.source_hash,
-        )
-        warm = [default_config, *(row.config for row in neighbours)]
+        warm = [default_config]
+        prior = transfer_prior(store, item=item, device=device, software=software,
+                               kernel_hash=family.source_hash) if options.transfer else []
         runner = TrialRunner(family=family, problem=item.problem, backend=device.backend,
                              seed=options.seed, time_limit=options.trial_time_limit)
-        helpers = _start_helpers(item, options, storage, name, warm, count=options.workers - 1)
+        helpers = _start_helpers(item, options, storage, name, warm, prior,
+                                 count=options.workers - 1)
         try:
             result = search(
                 runner, space=space, max_evals=options.trials,
                 time_budget=options.time_budget, patience=options.patience,
-                warm_start=warm, sampler=options.sampler, seed=options.seed,
-                storage=storage, study_name=name, observers=observers,
+                warm_start=warm, sampler=_sampler(options, options.seed, prior),
+                seed=options.seed, storage=storage, study_name=name, observers=observers,
             )
         finally:
             for proc in helpers:
@@ -127,22 +202,12 @@ def run_item(
         default_t = best_t = None
         promoted = "no result"
         if best_config is not None:
-            # Side by side, in one run: the figures promotion compares and the row keeps.
-            default_t = runner.timer(lambda: family.launch(runner.inputs, default_config))
-            best_t = runner.timer(lambda: family.launch(runner.inputs, best_config))
-            if best_config == default_config:
-                promoted = "default is best"
-            elif not is_significantly_faster(best_t, default_t):
-                promoted = "not faster"
-            else:
-                row = TunedRow(
-                    device=device, software=software, kernel=item.kernel,
-                    kernel_hash=family.source_hash, problem=item.problem,
-                    config=best_config, tuned=best_t, default=default_t,
-                    trials=len(history), tuning_seconds=time.monotonic() - started,
-                    host=socket.gethostname(), study=name,
-                )
-                promoted = store.record(row, spaces=family_space).value
+            promoted, default_t, best_t = _promote(
+                _Promotion(item=item, family=family, runner=runner, device=device,
+                           software=software, study=name, trials=len(history),
+                           started=started),
+                store=store, best_config=best_config, default_config=default_config,
+            )
         return SweepResult(
             item=item, study=name, default_config=default_config, default=default_t,
             best_config=best_config, best=best_t, trials=len(history), failed=failed,
@@ -153,13 +218,106 @@ def run_item(
         store.close()
 
 
+@dataclass(frozen=True)
+class _Promotion:
+    """What promoting one study's best config needs to know of the study."""
+
+    item: SweepItem
+    family: KernelFamily
+    runner: TrialRunner
+    device: DeviceIdentity
+    software: SoftwareIdentity
+    study: str
+    trials: int
+    started: float
+
+
+def _promote(
+    study: _Promotion, *, store: Store, best_config: dict[str, int],
+    default_config: dict[str, int],
+) -> tuple[str, Timing | None, Timing | None]:
+    """Decide whether the study's best config goes into the database.
+
+    Returns:
+        What happened (:attr:`SweepResult.promoted`), and the default's and the best's
+        timings to report.
+    """
+    from spectune.db import TunedRow
+
+    family, runner = study.family, study.runner
+
+    def timer(config: dict[str, int]) -> Timing:
+        return runner.timer(lambda: family.launch(runner.inputs, config))
+
+    # The database's row for this very key (same device, Triton, kernel source and
+    # problem): the nearest row, when it is at distance 0.
+    near = store.best_configs_near(
+        kernel=study.item.kernel, device=study.device, problem=study.item.problem,
+        triton=study.software.triton, kernel_hash=family.source_hash, limit=1,
+    )
+    held = near[0] if near and near[0].problem == study.item.problem else None
+    if held is not None and held.config == best_config:
+        # Nothing to decide: measuring again could only turn noise into a verdict. Its
+        # own figures are the ones it was promoted on (side by side, in one run).
+        return "up to date", held.default, held.tuned
+    if best_config == default_config:
+        # One measurement stands for both: a config is never faster than itself.
+        default_t = timer(default_config)
+        return "default is best", default_t, default_t
+    incumbent = default_config if held is None else held.config
+    decision = decide_side_by_side(lambda: timer(best_config), lambda: timer(incumbent))
+    default_t = decision.incumbent if held is None else timer(default_config)
+    if not decision.faster:
+        return ("not faster" if held is None else "kept"), default_t, decision.candidate
+    row = TunedRow(
+        device=study.device, software=study.software, kernel=study.item.kernel,
+        kernel_hash=family.source_hash, problem=study.item.problem, config=best_config,
+        tuned=decision.candidate, default=default_t, trials=study.trials,
+        tuning_seconds=time.monotonic() - study.started, host=socket.gethostname(),
+        study=study.study,
+    )
+    # The database weighs the row against the timings it holds (as merges do), so a row
+    # it holds is replaced only when both this run and its figures agree.
+    return store.record(row, spaces=family_space).value, default_t, decision.candidate
+
+
 # How long the main process waits for its worker processes to be ready (imports).
 _WORKER_START_TIMEOUT = 120.0
 
 
+def transfer_prior(
+    store: Store, *, item: SweepItem, device: DeviceIdentity, software: SoftwareIdentity,
+    kernel_hash: str,
+) -> list[dict[str, int]]:
+    """What the database already knows for this study: its prior, best guess first.
+
+    The best configs of this kernel (same source) for the nearest problems on this
+    device and Triton version, then those other GPU models found (nearest problem
+    first, the same backend and architecture first; any Triton version). The study's
+    :class:`~spectune.autotune.TransferStrategy` tries them on alternate turns and drops
+    them once they stop improving; a config outside this device's space is passed over.
+    """
+    own = store.best_configs_near(kernel=item.kernel, device=device, problem=item.problem,
+                                  triton=software.triton, kernel_hash=kernel_hash)
+    others = store.best_configs_near(kernel=item.kernel, device=device, problem=item.problem,
+                                     kernel_hash=kernel_hash, other_devices=True)
+    prior: list[dict[str, int]] = []
+    for row in (*own, *others):
+        if row.config not in prior:
+            prior.append(dict(row.config))
+    return prior
+
+
+def _sampler(options: SweepOptions, seed: int, prior: Sequence[dict[str, int]]
+             ) -> str | Strategy:
+    if not prior or not isinstance(options.sampler, str):
+        return options.sampler
+    return TransferStrategy(make_strategy(options.sampler, seed=seed), prior=prior)
+
+
 def _start_helpers(
     item: SweepItem, options: SweepOptions, storage: str, name: str,
-    warm: list[dict[str, int]], *, count: int,
+    warm: list[dict[str, int]], prior: list[dict[str, int]], *, count: int,
 ) -> list[multiprocessing.Process]:
     """Worker processes that share the study through ``storage`` (``--workers N``).
 
@@ -170,7 +328,8 @@ def _start_helpers(
     for index in range(1, count + 1):
         ready = ctx.Event()
         proc = ctx.Process(
-            target=_helper_main, args=(item, options, storage, name, warm, index, ready),
+            target=_helper_main,
+            args=(item, options, storage, name, warm, prior, index, ready),
             daemon=True,
         )
         proc.start()
@@ -185,16 +344,17 @@ def _start_helpers(
 
 def _helper_main(
     item: SweepItem, options: SweepOptions, storage: str, name: str,
-    warm: list[dict[str, int]], index: int, ready: object,
+    warm: list[dict[str, int]], prior: list[dict[str, int]], index: int, ready: object,
 ) -> None:
     device = detect_device()
     family = get_family(item.kernel)
     runner = TrialRunner(family=family, problem=item.problem, backend=device.backend,
                          seed=options.seed, time_limit=options.trial_time_limit)
     ready.set()  # type: ignore[attr-defined]
+    seed = options.seed + _WORKER_SEED_STRIDE * index + os.getpid() % _WORKER_SEED_STRIDE
     search(
         runner, space=family.search_space(device.backend), max_evals=options.trials,
         time_budget=options.time_budget, patience=options.patience, warm_start=warm,
-        sampler=options.sampler, seed=options.seed + 1000 * index + os.getpid() % 1000,
+        sampler=_sampler(options, seed, prior), seed=seed,
         storage=storage, study_name=name,
     )

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -77,14 +78,16 @@ def _replay_strategies() -> list[str]:
     "--prior",
     type=click.Path(exists=True, dir_okay=False, path_type=Path),
     help="Another recorded space (the same kernel elsewhere): its fastest configurations "
-    "are evaluated first; the runs without it are reported beside.",
+    "are tried on alternate turns, the first first, until they stop improving (as "
+    "`spectune sweep` starts from other GPUs' rows); the runs without it are reported "
+    "beside.",
 )
 @click.option(
     "--prior-top",
     type=click.IntRange(min=1),
     default=5,
     show_default=True,
-    help="How many of the prior's fastest configurations to start from.",
+    help="How many of the prior's fastest configurations it offers.",
 )
 def replay(
     file: Path,
@@ -108,16 +111,18 @@ def replay(
     _one_blas_thread()
     replay_module = import_tuner("spectune.autotune.replay", command="replay")
     run_replay = replay_module.replay
-    warm_start: list[dict[str, int]] = []
-    if prior is not None:
-        try:
-            warm_start = replay_module.prior_configs(
-                replay_module.load_t4(prior), replay_module.load_t4(file), top=prior_top
-            )
-        except (ValueError, KeyError) as exc:
-            raise click.ClickException(f"{prior}: {exc}") from exc
     if plot is not None:
         import_tuner("matplotlib", command="replay")
+    # Read (and check) the files before the progress bar starts: a bad file is one line.
+    space = _load(replay_module, file)
+    prior_list: list[dict[str, int]] = []
+    if prior is not None:
+        try:
+            prior_list = replay_module.prior_configs(
+                _load(replay_module, prior), space, top=prior_top
+            )
+        except (ValueError, KeyError) as exc:
+            raise _bad_data(prior, exc) from exc
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 
@@ -134,9 +139,9 @@ def replay(
         task = bar.add_task(f"replay {file.name}", total=2 * repeats * runs)
         reports = []
         try:
-            for i, start in enumerate([warm_start, []][:runs]):
+            for i, start in enumerate([prior_list, []][:runs]):
                 reports.append(run_replay(
-                    file,
+                    space,
                     budget=budget,
                     repeats=repeats,
                     sampler=sampler,
@@ -144,19 +149,21 @@ def replay(
                     noisy=noisy,
                     workers=workers,
                     progress=lambda done, i=i: bar.update(task, completed=i * 2 * repeats + done),
-                    warm_start=start,
+                    prior=start,
                 ))
         except (ValueError, KeyError) as exc:
-            raise click.ClickException(f"{file}: {exc}") from exc
+            raise _bad_data(file, exc) from exc
+    # Given the loaded space, the report names its stem: name the file, as given.
+    reports = [dataclasses.replace(r, file=str(file)) for r in reports]
     report = reports[0]
     if prior is not None:
         without = reports[1]
         if as_json:
-            click.echo(json.dumps({"prior": str(prior), "prior_configs": len(warm_start),
+            click.echo(json.dumps({"prior": str(prior), "prior_configs": len(prior_list),
                                    "with_prior": report.to_json(),
                                    "without_prior": without.to_json()}))
         else:
-            _prior_table(report, without, prior, len(warm_start), Console())
+            _prior_table(report, without, prior, len(prior_list), Console())
         if plot is not None:
             _plot(report, plot)
             err.print(f"plot written to {plot}")
@@ -169,6 +176,23 @@ def replay(
     _table(report, Console())
     if plot is not None:
         err.print(f"plot written to {plot}")
+
+
+def _load(replay_module: Any, path: Path) -> Any:
+    """The recorded space of a T4 file; a bad file is a one-line error (exit code 1)."""
+    try:
+        return replay_module.load_t4(path)
+    except (ValueError, KeyError) as exc:
+        raise _bad_data(path, exc) from exc
+
+
+def _bad_data(path: Path, exc: Exception) -> click.ClickException:
+    """The one-line error (exit code 1) for a file the replay cannot use."""
+    from spectune.autotune.replay._t4 import T4FileError
+
+    if isinstance(exc, T4FileError):
+        return click.ClickException(str(exc))  # already "FILE: WHERE: PROBLEM"
+    return click.ClickException(f"{path}: {exc}")
 
 
 def _table(report: ReplayReport, console: Console) -> None:
@@ -199,7 +223,7 @@ def _prior_table(with_prior: ReplayReport, without: ReplayReport, prior: Path, u
     from rich.table import Table
 
     title = (f"{Path(with_prior.file).name} with prior {prior.name} ({used} configurations "
-             f"first), sampler {with_prior.sampler}, {with_prior.repeats} seeds")
+             f"offered), sampler {with_prior.sampler}, {with_prior.repeats} seeds")
     table = Table(title=title)
     for col in ("budget", "with prior", "without", "gain", "random"):
         table.add_column(col, justify="right")

@@ -5,10 +5,15 @@ Loading this module imports only click: ``spectune --help`` loads every command 
 
 from __future__ import annotations
 
+import math
+import re
 import sys
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 import click
+from click.core import ParameterSource
 
 from spectune.cli._tuner import LazyChoice, import_tuner, strategy_names
 from spectune.identity import CPU_BACKEND
@@ -19,6 +24,7 @@ if TYPE_CHECKING:
 
     from spectune.autotune.problems import SweepItem
     from spectune.autotune.sweep import SweepOptions, SweepResult
+    from spectune.kernels import KernelFamily
 
 __all__ = ["sweep"]
 
@@ -35,76 +41,105 @@ def _kernel_names() -> list[str]:
 @click.option("--kernel", "kernels", multiple=True, default=("rejection_sample",),
               show_default=True, type=LazyChoice(_kernel_names),
               help="Kernel family (repeatable).")
-@click.option("--spec-lens", default="1-8", show_default=True, help="k values: 1-8 or 1,2,4.")
+@click.option("--spec-lens", default="1-8", show_default=True,
+              help="k values: 1-8 or 1,2,4 (at most the kernels' declared limit).")
 @click.option("--batch-sizes", default="1,8,64", show_default=True,
-              help="Batch sizes (looked up at their power-of-two bucket).")
-@click.option("--vocab-sizes", default="128256", show_default=True, help="Vocabulary sizes.")
+              help="Batch sizes (looked up at their power-of-two bucket; at most the "
+                   "kernels' declared limit).")
+@click.option("--vocab-sizes", default="128256", show_default=True,
+              help="Vocabulary sizes (at most the kernels' declared limit).")
 @click.option("--dtype", "dtypes", multiple=True, default=("float32",), show_default=True,
               type=click.Choice(DTYPES), help="Logits dtype.")
 @click.option("--no-draft-probs", is_flag=True, help="Tune for drafters without probabilities.")
 @click.option("--trials", type=click.IntRange(min=1), default=30, show_default=True,
-              help="Evaluations per study.")
+              help="Evaluations per study (at most the configs a requested space declares).")
 @click.option("--time-budget", type=click.FloatRange(min=0, min_open=True),
-              help="Seconds per study.")
+              help="Seconds per study (finite).")
 @click.option("--patience", type=click.IntRange(min=1),
-              help="Stop a study after N evaluations without improvement.")
+              help="Stop a study after N evaluations without improvement (at most the "
+                   "configs a requested space declares).")
 @click.option("--db", help="Configs database (URL or path); default: SPECTUNE_DB or the user DB.")
 @click.option("--storage", help="Optuna storage: journal file path or RDB URL "
               "(default: a journal file next to the user database).")
 @click.option("--workers", type=click.IntRange(min=1), default=1, show_default=True,
-              help="Processes sharing each study.")
+              help="Processes sharing each study (at most four per CPU core).")
 @click.option("--sampler", default="auto", show_default=True,
               type=LazyChoice(_sweep_strategies),
               help="Search strategy (auto: the recommended one).")
-@click.option("--seed", default=0, show_default=True, help="Seed of inputs and sampler.")
+@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True,
+              help="Seed of inputs and sampler (below 2**31).")
+@click.option("--transfer/--no-transfer", default=True, show_default=True,
+              help="Let each study try what the database knows first: the best configs of "
+              "neighbouring problems on this device and of other GPU models, dropped "
+              "once they stop improving.")
 def sweep(
     kernels: tuple[str, ...], spec_lens: str, batch_sizes: str, vocab_sizes: str,
     dtypes: tuple[str, ...], no_draft_probs: bool, trials: int, time_budget: float | None,
     patience: int | None, db: str | None, storage: str | None, workers: int, sampler: str,
-    seed: int,
+    seed: int, transfer: bool,
 ) -> None:
     """Tune the kernels for each (kernel, k, batch, vocab, dtype) on this device.
 
     Each problem gets one Optuna study (resumed when rerun); every trial must give the
     reference's exact result before it is timed; a config is written to the database
-    only when faster than the current row or the default by the promotion rule.
-    Ctrl-C stops cleanly: finished trials are kept, and a rerun resumes.
+    only when faster than the current row or the default by the promotion rule, the two
+    measured side by side until the rule decides (a best the database already holds is
+    "up to date"). Numbers past the kernels' declared limits are refused before anything
+    runs. Ctrl-C stops cleanly: finished trials are kept, and a rerun resumes.
     """
     optuna = import_tuner("optuna", command="sweep")
     import_tuner("spectune.autotune.sweep", command="sweep")
     from rich.console import Console
 
-    from spectune.autotune.problems import as_looked_up, parse_int_list, sweep_items
-    from spectune.autotune.sweep import SweepOptions, default_storage
+    from spectune.autotune.problems import as_looked_up, sweep_items
+    from spectune.autotune.sweep import MAX_SEED, SweepOptions, default_storage, max_workers
     from spectune.db import DatabaseError, batch_bucket
     from spectune.identity import detect_device
+    from spectune.kernels import get_family
 
     # The progress bars say what Optuna's per-trial INFO lines would.
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     console = Console(stderr=True)
+    # Every number is checked before anything is made or run: inputs past the kernels'
+    # limits take minutes and gigabytes before anything fails.
+    families = {name: get_family(name) for name in kernels}
+    k_values = _bounded_ints(spec_lens, option="--spec-lens", dimension="spec_len",
+                             families=families)
+    batches = _bounded_ints(batch_sizes, option="--batch-sizes", dimension="batch",
+                            families=families)
+    vocabs = _bounded_ints(vocab_sizes, option="--vocab-sizes", dimension="vocab",
+                           families=families)
+    _at_most(seed, MAX_SEED, option="--seed", why="the samplers' seeds")
+    _at_most(workers, max_workers(), option="--workers", why="four per CPU core")
+    if time_budget is not None and not math.isfinite(time_budget):
+        raise click.BadParameter(f"{time_budget} is not a finite number of seconds",
+                                 param_hint=_hint("--time-budget"))
+    device = detect_device()
+    _check_evaluations(trials=trials, patience=patience, families=families,
+                       backend=device.backend)
     try:
-        batches = parse_int_list(batch_sizes, name="--batch-sizes")
+        options = SweepOptions(trials=trials, time_budget=time_budget, patience=patience,
+                               db=db, storage=storage or str(default_storage()),
+                               workers=workers, sampler=sampler, seed=seed,
+                               transfer=transfer)
         buckets = sorted({batch_bucket(b) for b in batches})
         if buckets != batches:
             console.print(f"batch sizes {batches} tuned at their buckets {buckets}")
-        items = as_looked_up(sweep_items(
-            kernels=kernels, spec_lens=parse_int_list(spec_lens, name="--spec-lens"),
-            batches=buckets, vocabs=parse_int_list(vocab_sizes, name="--vocab-sizes"),
-            dtypes=dtypes, draft_probs=(not no_draft_probs,),
-        ))
+        with _memory_for_inputs():
+            items = as_looked_up(sweep_items(
+                kernels=kernels, spec_lens=k_values, batches=buckets, vocabs=vocabs,
+                dtypes=dtypes, draft_probs=(not no_draft_probs,),
+            ))
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
-    options = SweepOptions(trials=trials, time_budget=time_budget, patience=patience, db=db,
-                           storage=storage or str(default_storage()), workers=workers,
-                           sampler=sampler, seed=seed)
-    device = detect_device()
     console.print(f"[bold]device[/]: {device.describe()}")
     console.print(f"[bold]studies[/]: {len(items)} in {options.storage}")
     if device.backend == CPU_BACKEND:
         console.print("[yellow]timings are Triton-interpreter wall time on CPU, not GPU "
                       "figures[/]")
     try:
-        results = _run(items, options, console)
+        with _memory_for_inputs():
+            results = _run(items, options, console)
     except KeyboardInterrupt:
         console.print(f"[yellow]interrupted[/]: finished trials are kept in {options.storage}; "
                       "rerun the same command to resume")
@@ -112,6 +147,98 @@ def sweep(
     except DatabaseError as exc:
         raise click.ClickException(str(exc)) from None
     _print_table(results)
+
+
+@contextmanager
+def _memory_for_inputs() -> Iterator[None]:
+    """One line, not a traceback, when a problem within the kernels' limits still needs
+    more memory for its inputs than this machine (or its GPU) has."""
+    from spectune.messages import one_line
+
+    try:
+        yield
+    except (MemoryError, RuntimeError) as exc:
+        # torch's allocators say so in their messages (CUDA's OutOfMemoryError is a
+        # RuntimeError); any other RuntimeError is a bug to see in full.
+        text = str(exc).lower()
+        if not isinstance(exc, MemoryError) and not any(
+            phrase in text for phrase in ("can't allocate memory", "out of memory")
+        ):
+            raise
+        raise click.ClickException(
+            f"a requested problem's inputs do not fit in memory ({one_line(exc, limit=160)}); "
+            "ask for smaller --spec-lens, --batch-sizes or --vocab-sizes"
+        ) from None
+
+
+# What each Problem dimension is called in messages.
+_DIMENSIONS = {"spec_len": "speculation length", "batch": "batch", "vocab": "vocabulary"}
+
+
+def _bounded_ints(
+    text: str, *, option: str, dimension: str, families: Mapping[str, KernelFamily]
+) -> list[int]:
+    """The values of ``text`` (``1-8``, ``1,8,64``), each within the limit every family
+    declares for ``dimension`` (a :class:`~spectune.kernels._family.ProblemLimits` field).
+
+    The numbers are checked as written, before a range is expanded: ``1-10**20`` must not
+    build a list first.
+
+    Raises:
+        click.BadParameter: naming ``option`` and the limit, for a number past it or a
+            text that is no list of positive numbers.
+    """
+    from spectune.autotune.problems import parse_int_list
+    from spectune.kernels._family import declared_limits
+
+    limits = [(getattr(lim, dimension), name) for name, family in families.items()
+              if (lim := declared_limits(family)) is not None]
+    if limits:
+        limit, kernel = min(limits)
+        for digits in re.findall(r"\d+", text):
+            significant = digits.lstrip("0")
+            # Length first: int() refuses more than 4300 digits, and the answer is known.
+            if len(significant) > len(str(limit)) or int(digits) > limit:
+                shown = digits if len(digits) <= 24 else f"{digits[:12]}...({len(digits)} digits)"
+                raise click.BadParameter(
+                    f"{shown} is over the largest {_DIMENSIONS[dimension]} {kernel} takes "
+                    f"({limit})", param_hint=_hint(option))
+    try:
+        return parse_int_list(text, name=option)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc).removeprefix(f"{option}: "),
+                                 param_hint=_hint(option)) from None
+
+
+def _hint(option: str) -> str:
+    """``option`` as click names an option in its own messages (quoted)."""
+    return f"'{option}'"
+
+
+def _at_most(value: int, limit: int, *, option: str, why: str) -> None:
+    """Refuse ``value`` past ``limit`` (``why`` names the limit)."""
+    if value > limit:
+        raise click.BadParameter(f"{value} is over {limit} ({why})", param_hint=_hint(option))
+
+
+def _check_evaluations(
+    *, trials: int, patience: int | None, families: Mapping[str, KernelFamily], backend: str
+) -> None:
+    """Refuse a ``--trials`` or ``--patience`` no study could reach: more evaluations than
+    the largest requested space declares configs on ``backend``.
+
+    The default ``--trials`` is not refused: a smaller space stops its study when every
+    config has been evaluated.
+    """
+    most, kernel = max((family.search_space(backend).cardinality(), name)
+                       for name, family in families.items())
+    source = click.get_current_context().get_parameter_source("trials")
+    for option, value in (("--trials", None if source == ParameterSource.DEFAULT else trials),
+                          ("--patience", patience)):
+        if value is not None and value > most:
+            raise click.BadParameter(
+                f"{value} is more evaluations than any study can make ({kernel}'s space "
+                f"declares {most} configs on {backend})", param_hint=_hint(option))
 
 
 def _run(items: list[SweepItem], options: SweepOptions, console: Console) -> list[SweepResult]:

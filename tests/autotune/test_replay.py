@@ -207,15 +207,19 @@ def test_prior_configs_are_the_priors_fastest_the_target_holds(tmp_path: Path) -
 def test_replay_with_a_prior_evaluates_its_configs_first_and_reports_both(
     tmp_path: Path,
 ) -> None:
+    """``--prior`` runs the engine through TransferStrategy: every run starts with the
+    prior's best (its fraction of the optimum at once); the same seeds without the
+    prior are reported beside."""
     prior_file = write_synthetic(tmp_path / "a_T4.json.gz", SMALL, seed=5)
     target_file = write_synthetic(tmp_path / "b_T4.json.gz", SMALL, seed=6)
     target = load_t4(target_file)
     first = prior_configs(load_t4(prior_file), target, top=1)
-    report = replay(target_file, budget=10, repeats=2, warm_start=first)
-    # Every run starts with the prior's best: its fraction of the optimum at once.
+    report = replay(target_file, budget=10, repeats=2, prior=first)
     record = target.lookup(first[0])
     expected = target.optimum / record.time if record.ok else 0.0
     assert np.allclose(report.engine_curves[:, 0], expected)
+    assert np.array_equal(report.engine_curves,
+                          replay(target_file, budget=10, repeats=2, prior=first).engine_curves)
 
     result = CliRunner().invoke(main, ["replay", str(target_file), "--prior", str(prior_file),
                                        "--prior-top", "1", "--budget", "10", "--repeats", "2",

@@ -82,10 +82,13 @@ def test_sweep_promotes_the_fastest_exact_config(toy_registered, places) -> None
     assert row.config == {"BLOCK": 1024, "BUG": 0}
     assert row.study == result.study and row.trials == 10
     assert row.tuned.p50 < row.default.p50
-    # Rerunning resumes the finished study: nothing new to evaluate, same best.
+    # Rerunning resumes the finished study: nothing new to evaluate, same best, which
+    # the database holds: up to date, nothing measured or written again.
     again = run_item(SweepItem(TOY.name, PROBLEM), options=options)
     assert again.trials == 10 and again.best_config == result.best_config
     assert again.stop_reason in ("max_evals", "exhausted")
+    assert again.promoted == "up to date"
+    assert open_store(places["db"]).rows(kernel=TOY.name) == [row]
 
 
 def test_sweep_never_promotes_invalid_or_failed(toy_registered, places) -> None:
@@ -247,3 +250,38 @@ def test_sweep_of_folded_verification_over_k(places, kernel: str) -> None:
     for row in open_store(places["db"]).rows(kernel=kernel):
         assert row.kernel_hash == family.source_hash
         assert row.problem.spec_len in (1, 3)
+
+
+@pytest.mark.parametrize("transfer", [True, False])
+def test_a_study_on_a_new_gpu_starts_from_what_other_gpus_found(
+    toy_registered, places, transfer: bool
+) -> None:
+    """By default the database's rows of the same kernel on other GPU models are the
+    study's prior: tried right after the default (TransferStrategy); --no-transfer
+    starts cold."""
+    from spectune.autotune import Search
+    from tests.db.conftest import H200, make_row
+
+    found = {"BLOCK": 256, "BUG": 0}
+    with open_store(places["db"]) as store:
+        store.record(make_row(device=H200, kernel=TOY.name, kernel_hash=TOY.source_hash,
+                              spec_len=PROBLEM.spec_len, batch=PROBLEM.batch,
+                              vocab=PROBLEM.vocab, dtype=PROBLEM.dtype,
+                              draft_probs=PROBLEM.draft_probs, config=found))
+    options = SweepOptions(trials=3, db=places["db"], storage=places["storage"],
+                           transfer=transfer)
+    result = run_item(SweepItem(TOY.name, PROBLEM), options=options)
+    space = TOY.search_space(detect_device().backend)
+    configs = [r.config for r in Search(space=space, storage=places["storage"],
+                                        study_name=result.study).history()]
+    assert configs[0] == TOY.default_config(PROBLEM, "cpu")
+    assert (configs[1] == found) is transfer
+
+
+def test_cli_sweep_no_transfer_flag(toy_registered, places) -> None:
+    result = CliRunner().invoke(main, [
+        "sweep", "--kernel", TOY.name, "--spec-lens", "1", "--batch-sizes", "2",
+        "--vocab-sizes", "3000", "--trials", "2", "--db", places["db"],
+        "--storage", places["storage"], "--no-transfer",
+    ])
+    assert result.exit_code == 0, result.output

@@ -2,9 +2,10 @@
 
 A study on a new GPU starts from the configurations that were fastest for the same
 kernel elsewhere. :func:`prior_configs` picks them from a prior recorded space: its
-fastest correct configurations that the target space holds, fastest first, which the
-engine evaluates before its strategy proposes anything (``warm_start``). A prior from
-another kernel (other parameters) gives none: it costs nothing.
+fastest correct configurations that the target space holds, fastest first, which
+``replay(prior=...)`` hands to a :class:`~spectune.autotune.TransferStrategy` (tried on
+alternate turns until they stop improving; ``warm_start`` instead evaluates them all
+first). A prior from another kernel (other parameters) gives none: it costs nothing.
 """
 
 from __future__ import annotations

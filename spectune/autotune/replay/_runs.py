@@ -28,8 +28,9 @@ import optuna
 from spectune.autotune._engine import Search
 from spectune.autotune._outcome import Outcome
 from spectune.autotune._space_index import SpaceIndex
-from spectune.autotune._strategies import STRATEGIES
+from spectune.autotune._strategies import STRATEGIES, make_strategy
 from spectune.autotune._strategy import Strategy
+from spectune.autotune._transfer import TransferStrategy
 from spectune.autotune.replay._scores import ReplayReport, budget_results, fraction_curve
 from spectune.autotune.replay._t4 import RecordedSpace, load_t4
 
@@ -50,6 +51,7 @@ def replay(
     workers: int = 1,
     progress: Callable[[int], None] | None = None,
     warm_start: Sequence[Mapping[str, int]] = (),
+    prior: Sequence[Mapping[str, int]] = (),
 ) -> ReplayReport:
     """Replay the engine and random search on a recorded space.
 
@@ -67,6 +69,9 @@ def replay(
             random runs count alike; ``2 * repeats`` in all).
         warm_start: Configurations every engine run evaluates first, charged (a prior:
             :func:`~spectune.autotune.replay.prior_configs`); random search gets none.
+        prior: Configurations proposed by a
+            :class:`~spectune.autotune.TransferStrategy` around the strategy (on
+            alternate turns, dropped when they stop improving); random search gets none.
 
     Raises:
         ValueError: naming the argument, for a non-positive budget, repeats or workers,
@@ -97,7 +102,7 @@ def replay(
         for s in seeds:
             engine.append(
                 engine_run(space, budget=budget, sampler=sampler, seed=s, noisy=noisy,
-                           index=index, warm_start=warm_start)
+                           index=index, warm_start=warm_start, prior=prior)
             )
             tick()
         for s in seeds:
@@ -108,8 +113,8 @@ def replay(
         with ProcessPoolExecutor(
             max_workers=workers, mp_context=ctx, initializer=_init_worker, initargs=(space,)
         ) as pool:
-            futures = [pool.submit(_engine_job, budget, sampler, s, noisy, list(warm_start))
-                       for s in seeds]
+            futures = [pool.submit(_engine_job, budget, sampler, s, noisy, list(warm_start),
+                                   list(prior)) for s in seeds]
             rfutures = [pool.submit(_random_job, budget, s, noisy) for s in seeds]
             for f in futures:
                 engine.append(f.result())
@@ -142,6 +147,7 @@ def engine_run(
     noisy: bool = False,
     index: SpaceIndex | None = None,
     warm_start: Sequence[Mapping[str, int]] = (),
+    prior: Sequence[Mapping[str, int]] = (),
 ) -> tuple[np.ndarray, float]:
     """One engine run on a recorded space.
 
@@ -154,6 +160,7 @@ def engine_run(
             compile time and runtime.
         index: The space's enumeration, to reuse one across runs.
         warm_start: Configurations evaluated first (charged), in order.
+        prior: Configurations a :class:`~spectune.autotune.TransferStrategy` proposes.
 
     Returns:
         The fraction of the optimum after each evaluation, and the seconds charged.
@@ -173,7 +180,9 @@ def engine_run(
         observed.append((value, record.time))
         return Outcome.ok(value, cost=charged + (value / 1000.0 if noisy else 0.0))
 
-    strategy = sampler if isinstance(sampler, str) else sampler(seed)
+    strategy = make_strategy(sampler, seed=seed) if isinstance(sampler, str) else sampler(seed)
+    if prior:
+        strategy = TransferStrategy(strategy, prior=prior)
     engine = Search(space=index or space.space, sampler=strategy, seed=seed,
                     warm_start=list(warm_start))
     result = engine.run(objective, max_evals=budget)
@@ -228,6 +237,7 @@ def _init_worker(space: RecordedSpace) -> None:
 def _engine_job(
     budget: int, sampler: str | StrategyFactory, seed: int, noisy: bool,
     warm_start: Sequence[Mapping[str, int]] = (),
+    prior: Sequence[Mapping[str, int]] = (),
 ) -> tuple[np.ndarray, float]:
     return engine_run(
         _WORKER_SPACE["space"],
@@ -237,6 +247,7 @@ def _engine_job(
         noisy=noisy,
         index=_WORKER_SPACE.get("index"),
         warm_start=warm_start,
+        prior=prior,
     )
 
 

@@ -1,0 +1,126 @@
+"""Transfer by replay: what a prior from another GPU gains, and what a wrong one costs.
+
+    python benchmarks/bench_transfer.py --repeats 30 --budget 50 --workers 2 --out /tmp/t.json
+
+For each (target, prior) pair of recorded spaces, the engine (``auto``) is replayed on
+the target with the same seeds three ways: without a prior; with the prior's five
+fastest configurations the target holds evaluated first (``warm_start``, how
+``--prior`` worked before :class:`~spectune.autotune.TransferStrategy`); and through
+``TransferStrategy`` (the prior on alternate turns, dropped after two misses), which
+``spectune replay --prior`` and ``spectune sweep`` now use. Two priors that mislead on
+purpose bound the cost: the target's own five slowest correct configurations
+(``adversarial``), and a prior of another kernel family (no parameter in common, so no
+configuration transfers and nothing is charged). Prints a Markdown table of median
+fractions of the optimum at each budget.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_var, "1")
+
+from spectune.autotune.replay import (  # noqa: E402
+    RecordedSpace,
+    load_t4,
+    prior_configs,
+    replay,
+)
+
+SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "tuning-spaces"
+
+#: (target, prior): same kernel on another GPU of the same vendor, of another vendor, and
+#: another kernel family.
+PAIRS = (
+    ("convolution_A4000", "convolution_A100"),
+    ("dedispersion_A6000", "dedispersion_A100"),
+    ("dedispersion_A4000", "dedispersion_A6000"),
+    ("convolution_A100", "convolution_MI250X"),
+    ("convolution_MI250X", "convolution_A4000"),
+    ("convolution_A100", "dedispersion_A100"),
+)
+
+
+def slowest(space: RecordedSpace, n: int) -> list[dict[str, int]]:
+    """The ``n`` slowest correct configurations: a prior as wrong as one can be."""
+    ranked = sorted(((r.time, k) for k, r in space.records.items() if r.ok), reverse=True)
+    return [dict(zip(space.space.names, k, strict=True)) for _, k in ranked[:n]]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--dir", type=Path, default=SHARED, help="folder of the T4 files")
+    parser.add_argument("--pairs", default="",
+                        help="target:prior,... (file stems; default: the built-in pairs)")
+    parser.add_argument("--repeats", type=int, default=30)
+    parser.add_argument("--budget", type=int, default=50)
+    parser.add_argument("--workers", type=int, default=1)
+    parser.add_argument("--top", type=int, default=5, help="prior configurations")
+    parser.add_argument("--sampler", default="auto")
+    parser.add_argument("--out", type=Path)
+    args = parser.parse_args()
+    pairs = [tuple(p.split(":")) for p in args.pairs.split(",") if p] or list(PAIRS)
+
+    def run(target: RecordedSpace, **kw: object) -> list[float]:
+        report = replay(target, budget=args.budget, repeats=args.repeats,
+                        sampler=args.sampler, workers=args.workers, **kw)  # type: ignore[arg-type]
+        return [r.median_fraction for r in report.results]
+
+    records = []
+    budgets: list[int] = []
+    cache: dict[str, list[float]] = {}
+    for target_name, prior_name in pairs:
+        target = load_t4(args.dir / f"{target_name}_T4.json.gz")
+        prior = load_t4(args.dir / f"{prior_name}_T4.json.gz")
+        configs = prior_configs(prior, target, top=args.top)
+        if target_name not in cache:
+            report = replay(target, budget=args.budget, repeats=args.repeats,
+                            sampler=args.sampler, workers=args.workers)
+            budgets = [r.budget for r in report.results]
+            cache[target_name] = [r.median_fraction for r in report.results]
+            cache[target_name + "/random"] = [r.random_median_fraction for r in report.results]
+            worst = slowest(target, args.top)
+            records.append({"target": target_name, "prior": "adversarial (its slowest)",
+                            "configs": len(worst), "none": cache[target_name],
+                            "first": run(target, warm_start=worst),
+                            "transfer": run(target, prior=worst),
+                            "random": cache[target_name + "/random"]})
+            print(json.dumps(records[-1]), flush=True)
+        records.append({"target": target_name, "prior": prior_name, "configs": len(configs),
+                        "none": cache[target_name],
+                        "first": run(target, warm_start=configs) if configs else cache[target_name],
+                        "transfer": run(target, prior=configs) if configs else cache[target_name],
+                        "random": cache[target_name + "/random"]})
+        print(json.dumps(records[-1]), flush=True)
+    print(table(records, budgets, args.repeats))
+    if args.out:
+        args.out.write_text(json.dumps({"budgets": budgets, "repeats": args.repeats,
+                                        "records": records}, indent=1))
+    return 0
+
+
+def table(records: list[dict[str, object]], budgets: list[int], repeats: int) -> str:
+    """Median fraction without a prior, and the gain of each way of using one."""
+    head = " | ".join(f"{b} evals: none / first / transfer" for b in budgets)
+    lines = [f"| target ← prior | configs | {head} |", "|---|---|" + "---|" * len(budgets)]
+    for r in records:
+        cells = []
+        for i in range(len(budgets)):
+            none = r["none"][i]  # type: ignore[index]
+            first = r["first"][i] - none  # type: ignore[index]
+            transfer = r["transfer"][i] - none  # type: ignore[index]
+            cells.append(f"{none:.3f} / {first:+.3f} / {transfer:+.3f}")
+        lines.append(f"| {r['target']} ← {r['prior']} | {r['configs']} | " + " | ".join(cells)
+                     + " |")
+    lines.append(f"\n{repeats} seeds, the same for every column; first and transfer are gains "
+                 "over none.")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
