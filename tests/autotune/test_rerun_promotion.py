@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import socket
-from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -20,7 +19,6 @@ from spectune.autotune.trial import TrialRunner
 from spectune.cli import main
 from spectune.db import TunedRow, open_store
 from spectune.identity import detect_device, detect_software
-from spectune.kernels import FAMILIES
 from spectune.space import Problem
 from tests.autotune.toy_family import ToySumFamily
 
@@ -31,18 +29,6 @@ TOY = ToySumFamily()
 PROBLEM = Problem(spec_len=1, batch=2, vocab=1200)
 ITEM = SweepItem(TOY.name, PROBLEM)
 FASTEST = {"BLOCK": 1024, "BUG": 0}
-
-
-@pytest.fixture
-def toy_registered(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setitem(FAMILIES, TOY.name, TOY)
-
-
-@pytest.fixture
-def places(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
-    monkeypatch.setenv("SPECTUNE_USER_DB", str(tmp_path / "user.db"))
-    monkeypatch.delenv("SPECTUNE_DB", raising=False)
-    return {"db": str(tmp_path / "configs.db"), "storage": str(tmp_path / "studies.journal")}
 
 
 def test_default_is_best_shows_no_speedup_over_itself(toy_registered, places) -> None:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -31,18 +30,6 @@ if os.environ.get("TRITON_INTERPRET", "0") in ("", "0"):
 
 TOY = ToySumFamily()
 PROBLEM = Problem(spec_len=1, batch=2, vocab=3000)
-
-
-@pytest.fixture
-def toy_registered(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setitem(FAMILIES, TOY.name, TOY)
-
-
-@pytest.fixture
-def places(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
-    monkeypatch.setenv("SPECTUNE_USER_DB", str(tmp_path / "user.db"))
-    monkeypatch.delenv("SPECTUNE_DB", raising=False)
-    return {"db": str(tmp_path / "configs.db"), "storage": str(tmp_path / "studies.journal")}
 
 
 def test_trial_gate_times_only_exact_configs() -> None:

@@ -110,7 +110,9 @@ def run_experiment(
         }
     tokens = rejection_sample(
         drafts.flatten().to(torch.int32), cu, logits,
-        torch.full((batch,), vocab, dtype=torch.int64),  # bonus: out of vocab, recognisable
+        # Bonus ids must be in the vocabulary (the launcher checks); no statistic below
+        # reads the bonus position.
+        torch.full((batch,), vocab - 1, dtype=torch.int64),
         max_spec_len=k, draft_probs=draft_probs,
         is_greedy=torch.zeros(batch, dtype=torch.bool), **random_inputs,
     )
