@@ -15,12 +15,12 @@ small self-contained file that readers open read-only and immutable.
 from __future__ import annotations
 
 import argparse
-import sqlite3
 import sys
 from pathlib import Path
 
 from spectune.db import open_store, read_rows_file
 from spectune.db._locations import shipped_db_path
+from spectune.db._store import seal_database
 
 
 def build(*, out: Path, rows_file: Path | None) -> int:
@@ -39,13 +39,7 @@ def build(*, out: Path, rows_file: Path | None) -> int:
         if rows:
             store.record_many(rows)
         count = store.count()
-    # One self-contained file: leave WAL mode (no -wal/-shm beside it) and compact it.
-    connection = sqlite3.connect(tmp, isolation_level=None)
-    try:
-        connection.execute("PRAGMA journal_mode=DELETE")
-        connection.execute("VACUUM")
-    finally:
-        connection.close()
+    seal_database(tmp)  # one self-contained file, as readers open it read-only
     tmp.replace(out)
     return count
 

@@ -82,10 +82,11 @@ class TransferStrategy(Strategy):
         taken = [int(r) for r in (*h.rows, *h.pending)]
         from_prior = sum(1 for r in taken if r in members)
         own = len(taken) - from_prior
-        if from_prior <= own and not self.dropped(h, members):
-            for row in prior:
-                if ctx.available[row]:
-                    return row
+        if from_prior <= own:
+            # The history is read for misses only while the prior has a pick left.
+            pick = next((row for row in prior if ctx.available[row]), None)
+            if pick is not None and not self.dropped(h, members):
+                return pick
         if own < self.random_start:
             return None  # the sampler draws uniformly
         return self.base.propose(ctx)

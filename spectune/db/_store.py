@@ -50,6 +50,7 @@ __all__ = [
     "merge_databases",
     "open_store",
     "resolve",
+    "seal_database",
     "upgrade_database",
     "write_database",
 ]
@@ -523,17 +524,23 @@ def write_database(rows: Sequence[TunedRow], path: str | os.PathLike[str]) -> Pa
             stale.unlink(missing_ok=True)
         with open_store(tmp) as store:
             store.record_many(rows)
-        connection = sqlite3.connect(tmp, isolation_level=None)
-        try:
-            connection.execute("PRAGMA journal_mode=DELETE")
-            connection.execute("VACUUM")
-        finally:
-            connection.close()
+        seal_database(tmp)
         os.replace(tmp, target)
     finally:
         for stale in leftovers:
             stale.unlink(missing_ok=True)
     return target
+
+
+def seal_database(path: Path) -> None:
+    """Make a closed SQLite database one self-contained file: rollback-journal mode (no
+    ``-wal``/``-shm`` beside it, readable from read-only storage) and vacuumed."""
+    connection = sqlite3.connect(path, isolation_level=None)
+    try:
+        connection.execute("PRAGMA journal_mode=DELETE")
+        connection.execute("VACUUM")
+    finally:
+        connection.close()
 
 
 def effective_rows(
