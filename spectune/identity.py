@@ -18,8 +18,10 @@ from __future__ import annotations
 import hashlib
 import os
 import platform
+import re
 from dataclasses import asdict, dataclass
 from functools import lru_cache
+from pathlib import Path
 
 __all__ = [
     "CPU_BACKEND",
@@ -28,6 +30,7 @@ __all__ = [
     "SoftwareIdentity",
     "backend_of",
     "detect_device",
+    "detect_driver",
     "detect_software",
     "source_hash",
     "torch_device",
@@ -216,6 +219,27 @@ def detect_software() -> SoftwareIdentity:
         runtime=runtime,
         spectune=__version__,
     )
+
+
+#: Where the GPU drivers state their version: NVIDIA's kernel module, AMD's amdgpu.
+_DRIVER_FILES = (
+    ("nvidia", "/proc/driver/nvidia/version"),
+    ("amdgpu", "/sys/module/amdgpu/version"),
+)
+
+
+def detect_driver() -> str:
+    """The GPU kernel driver and its version (``nvidia 550.54.15``, ``amdgpu 6.8.5``);
+    ``none`` without one (the CPU interpreter). Read from files, not a tool or a device
+    context: cheap, and what a driver upgrade changes."""
+    for name, path in _DRIVER_FILES:
+        try:
+            text = Path(path).read_text(errors="replace")
+        except OSError:
+            continue
+        match = re.search(r"\b(\d+\.\d+(?:\.\d+)*)\b", text)
+        return f"{name} {match.group(1) if match else text.strip()[:64] or 'unknown'}"
+    return "none"
 
 
 def source_hash(*texts: str) -> str:

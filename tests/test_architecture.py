@@ -280,8 +280,11 @@ def test_planted_part_to_part_import_is_named(tree: Path) -> None:
     _append(tree / "spectune/kernels/_family.py",
             "\nif TYPE_CHECKING:\n    from spectune.autotune import search  # noqa\n")
     problems = check(tree)
-    assert len(problems) == 1
     assert "part 'kernels' imports spectune.autotune (part 'autotune')" in problems[0]
+    # The package spectune.autotune reaches the kernels (its IsolatedRunner's worker runs
+    # their trials): the planted edge also closes a cycle, named through the planted module.
+    assert all(p.startswith("import cycle:") and "spectune.kernels._family" in p
+               for p in problems[1:])
 
 
 def test_planted_module_level_import_in_the_ground_floor_is_named(tree: Path) -> None:

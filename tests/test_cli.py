@@ -27,9 +27,9 @@ def test_help_lists_exactly_the_commands() -> None:
 
 
 def test_a_command_without_a_module_does_not_exist() -> None:
-    """``nightly`` is named in the product's plans, not built yet: a usage error, not a
-    silently hidden entry."""
-    assert "nightly" not in COMMANDS
-    result = CliRunner().invoke(main, ["nightly"])
+    """A name with no entry in COMMANDS (``bisect``: a plausible command, not built) is a
+    usage error, not a silently hidden entry."""
+    assert "bisect" not in COMMANDS
+    result = CliRunner().invoke(main, ["bisect"])
     assert result.exit_code == 2
-    assert "No such command 'nightly'" in result.output
+    assert "No such command 'bisect'" in result.output

@@ -19,6 +19,7 @@ from spectune.autotune._engine import (
     SearchResult,
     search,
 )
+from spectune.autotune._isolated import IsolatedRunner
 from spectune.autotune._outcome import FAILURE_KINDS, Outcome, Status, TrialRecord
 from spectune.autotune._space_index import SpaceIndex
 from spectune.autotune._strategies import STRATEGIES
@@ -30,6 +31,7 @@ __all__ = [
     "STOP_REASONS",
     "STRATEGIES",
     "History",
+    "IsolatedRunner",
     "Objective",
     "Outcome",
     "ProposalContext",

@@ -13,7 +13,11 @@ Guarantees:
 * failures and invalid results are recorded and never best;
 * a trial left RUNNING by a killed worker is marked ``abandoned`` and its configuration
   retried; after ``max_retries`` deaths on the same configuration it is recorded as a
-  ``crash`` failure instead.
+  ``crash`` failure instead;
+* on a shared storage, a worker that would stop because the trials other workers are
+  running fill the study (``max_evals``, an exhausted space) waits for them instead, so
+  that a trial whose worker died is still recovered and retried, and the study ends
+  complete.
 """
 
 from __future__ import annotations
@@ -48,6 +52,7 @@ from spectune.autotune._space_index import SpaceIndex
 from spectune.autotune._storage import (
     OWNER_KEY,
     Heartbeat,
+    StorageUnavailableError,
     is_abandoned,
     open_storage,
     worker_identity,
@@ -77,6 +82,8 @@ Objective = Callable[[dict[str, int]], Outcome]
 _SPACE_KEY = "spectune.space"
 # Consecutive proposals that were not evaluations (duplicates) before giving up.
 _MAX_IDLE_PROPOSALS = 50
+# First wait (seconds) for other workers' running trials; it doubles while they run.
+_FIRST_POLL_S = 0.1
 
 
 @dataclass(frozen=True)
@@ -168,6 +175,8 @@ class Search:
         heartbeat_interval: Seconds between heartbeats of a running evaluation.
         max_retries: Times a configuration whose worker died is retried before it is
             recorded as a ``crash`` failure.
+        user_attrs: Set as the study's user attributes (what the study tunes: kernel,
+            problem, device...), shown by ``optuna-dashboard``; values must be JSON.
 
     Raises:
         ValueError: naming the argument, for an unknown sampler, an empty space, or an
@@ -186,6 +195,7 @@ class Search:
         stale_after: float = 600.0,
         heartbeat_interval: float = 30.0,
         max_retries: int = 2,
+        user_attrs: Mapping[str, Any] | None = None,
     ) -> None:
         if isinstance(space, SpaceIndex):
             self.index = space
@@ -203,6 +213,10 @@ class Search:
                 raise ValueError(f"{name} must be > 0, got {value!r}")
         if not (isinstance(max_retries, int) and max_retries >= 0):
             raise ValueError(f"max_retries must be an integer >= 0, got {max_retries!r}")
+        if user_attrs is not None and not (
+            isinstance(user_attrs, Mapping) and all(isinstance(k, str) for k in user_attrs)
+        ):
+            raise TypeError("user_attrs must be a mapping with string keys, or None")
         self.space = self.index.space
         self.study_name = study_name
         self.stale_after = float(stale_after)
@@ -221,6 +235,8 @@ class Search:
             load_if_exists=True,
         )
         self._check_space()
+        if user_attrs:
+            self._set_user_attrs(user_attrs)
         self._enqueue(warm_start)
 
     # -- reading ----------------------------------------------------------------------
@@ -279,12 +295,22 @@ class Search:
             return time.monotonic() - started + charged_cost
 
         reason = "exhausted"
+        poll = _FIRST_POLL_S
         while True:
-            self._recover_abandoned()
-            trials = self.study.get_trials(deepcopy=False)
+            trials = self._recover_abandoned()
             history = _history(trials)
             running = sum(1 for t in trials if t.state == TrialState.RUNNING)
             stop = self._stop_reason(history, running, max_evals, patience, time_budget, spent())
+            if stop is not None and running and self._shared and stop in ("max_evals", "exhausted"):
+                # Only other workers' running trials fill the study: wait for them, since
+                # one whose worker died is recovered and retried here (stale_after).
+                stop = self._stop_reason(history, 0, max_evals, patience, time_budget, spent())
+                if stop is None:
+                    # Soon at first (they are usually about to finish), then seldom.
+                    time.sleep(poll)
+                    poll = min(2 * poll, self._max_poll)
+                    continue
+            poll = _FIRST_POLL_S
             if stop is not None:
                 reason = stop
                 break
@@ -293,13 +319,17 @@ class Search:
             tid = trial._trial_id
             try:
                 step = self._step(objective, trial, max_evals)
+            except StorageUnavailableError:  # nothing can be written; recovered as abandoned
+                raise
             except BaseException:  # interrupted: not evaluated; retried first on resume
                 self._interrupted(tid)
                 raise
             if isinstance(step, str):  # skipped, not charged
-                if step in ("exhausted", "max_evals"):
+                if step == "exhausted":
                     reason = step
                     break
+                if step == "max_evals":  # others' trials fill the study: stop or wait, above
+                    continue
                 idle += 1
                 if idle >= _MAX_IDLE_PROPOSALS:
                     reason = "exhausted"
@@ -309,7 +339,14 @@ class Search:
             outcome, wall = step
             cost = wall if outcome.cost is None else outcome.cost
             charged_cost += cost - wall
-            self._record(tid, outcome, cost)
+            if not self._record(tid, trial.number, outcome, cost):
+                # Another worker took this trial for abandoned (no heartbeat for
+                # stale_after) and has queued its config again: the retry is charged.
+                _log.warning(
+                    "trial %d was recovered as abandoned while it ran; its result is "
+                    "dropped and its configuration retried", trial.number
+                )
+                continue
             new += 1
             if observers:
                 history = self.history()
@@ -386,12 +423,19 @@ class Search:
         """Evaluate a fresh trial: its outcome and wall time, or why it was skipped."""
         tid = trial._trial_id
         if self._shared:
-            self.storage.set_trial_system_attr(tid, OWNER_KEY, worker_identity())
+            try:
+                self.storage.set_trial_system_attr(tid, OWNER_KEY, worker_identity())
+            except UpdateFinishedTrialError:  # recovered meanwhile (a storage outage)
+                return "recovered"
         config = {n: int(trial.params[n]) for n in self.index.names}
-        if self.storage.get_trial(tid).system_attrs.get(EXHAUSTED_KEY):
+        verdict = self._admit(trial.number, config, max_evals)
+        # The sampler flags a proposal made with nothing left, which is always one of
+        # the study's configs: looked up only then (a read per trial saved).
+        if verdict == "duplicate" and self.storage.get_trial(tid).system_attrs.get(
+            EXHAUSTED_KEY
+        ):
             self._skip(tid, "exhausted")
             return "exhausted"
-        verdict = self._admit(trial.number, config, max_evals)
         if verdict is not None:
             self._skip(tid, verdict)
             return "max_evals" if verdict == "surplus" else verdict
@@ -419,7 +463,8 @@ class Search:
         if len(config) == len(self.index.names) and self.index.row(config) is not None:
             self.study.enqueue_trial(config, user_attrs={RETRY_KEY: frozen.number})
 
-    def _record(self, tid: int, outcome: Outcome, cost: float) -> None:
+    def _record(self, tid: int, number: int, outcome: Outcome, cost: float) -> bool:
+        """Record an evaluation; ``False`` when its trial was finished by someone else."""
         attrs: dict[str, Any] = dict(outcome.attrs)
         attrs[STATUS_KEY] = outcome.status.value
         attrs[COST_KEY] = cost
@@ -427,13 +472,16 @@ class Search:
             attrs[FAILURE_KEY] = outcome.failure
         if outcome.message:
             attrs[MESSAGE_KEY] = outcome.message
-        for key, value in attrs.items():
-            self.storage.set_trial_user_attr(tid, key, value)
-        number = self.storage.get_trial_number_from_id(tid)
-        if outcome.status is Status.OK:
-            self.study.tell(number, float(outcome.time), skip_if_finished=True)  # type: ignore[arg-type]
-        else:
-            self.study.tell(number, state=TrialState.FAIL, skip_if_finished=True)
+        try:
+            for key, value in attrs.items():
+                self.storage.set_trial_user_attr(tid, key, value)
+            if outcome.status is Status.OK:
+                frozen = self.study.tell(number, float(outcome.time), skip_if_finished=True)  # type: ignore[arg-type]
+            else:
+                frozen = self.study.tell(number, state=TrialState.FAIL, skip_if_finished=True)
+        except UpdateFinishedTrialError:
+            return False
+        return charged_status(frozen) == outcome.status.value
 
     def _skip(self, tid: int, status: str) -> None:
         """End a trial that was not an evaluation. PRUNED, not FAIL: dashboards and
@@ -445,11 +493,13 @@ class Search:
         number = self.storage.get_trial_number_from_id(tid)
         self.study.tell(number, state=TrialState.PRUNED, skip_if_finished=True)
 
-    def _recover_abandoned(self) -> None:
-        if not self._shared:
-            return
+    def _recover_abandoned(self) -> list[FrozenTrial]:
+        """Recover the trials of dead workers; the study's trials after that."""
         trials = self.study.get_trials(deepcopy=False)
+        if not self._shared:
+            return trials
         now = time.time()
+        recovered = False
         for t in trials:
             if t.state != TrialState.RUNNING or not is_abandoned(
                 t, stale_after=self.stale_after, now=now
@@ -465,6 +515,7 @@ class Search:
                 and config_of(o) == config
             )
             crashed = bool(config) and deaths > self.max_retries
+            recovered = True  # the study changed: read it again below
             try:
                 if crashed:
                     self.storage.set_trial_user_attr(t._trial_id, STATUS_KEY, "fail")
@@ -482,6 +533,20 @@ class Search:
             _log.warning("trial %d was abandoned by a dead worker", t.number)
             if config and not crashed and self.index.row(config) is not None:
                 self.study.enqueue_trial(config, user_attrs={RETRY_KEY: t.number})
+        return self.study.get_trials(deepcopy=False) if recovered else trials
+
+    def _set_user_attrs(self, user_attrs: Mapping[str, Any]) -> None:
+        """Set the study's user attributes that differ (every worker of a study sets
+        the same ones: only the first writes)."""
+        held = self.study.user_attrs
+        for key, value in user_attrs.items():
+            if key not in held or held[key] != value:
+                self.study.set_user_attr(key, value)
+
+    @property
+    def _max_poll(self) -> float:
+        """Most seconds between looks at the study while waiting for other workers."""
+        return min(2.0, self.heartbeat_interval)
 
     def _check_space(self) -> None:
         signature = [[n, list(v)] for n, v in zip(self.index.names, self.index.values, strict=True)]
@@ -527,6 +592,7 @@ def search(
     storage: str | Path | BaseStorage | None = None,
     study_name: str = "spectune",
     observers: Sequence[SearchObserver] = (),
+    user_attrs: Mapping[str, Any] | None = None,
 ) -> SearchResult:
     """Open (or resume) a :class:`Search` and run it; see there for the arguments."""
     engine = Search(
@@ -536,6 +602,7 @@ def search(
         sampler=sampler,
         seed=seed,
         warm_start=warm_start,
+        user_attrs=user_attrs,
     )
     return engine.run(
         objective,

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import functools
 import itertools
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from spectune.identity import DeviceIdentity
 from spectune.space import DTYPES, Problem
@@ -76,13 +78,19 @@ def as_looked_up(items: Sequence[SweepItem]) -> list[SweepItem]:
     seen: set[SweepItem] = set()
     out: list[SweepItem] = []
     for item in items:
-        family = get_family(item.kernel)
-        problem = family.problem_of(family.make_inputs(item.problem, seed=0))
-        looked_up = SweepItem(item.kernel, problem)
+        looked_up = SweepItem(item.kernel, _looked_up(get_family(item.kernel), item.problem))
         if looked_up not in seen:
             seen.add(looked_up)
             out.append(looked_up)
     return out
+
+
+@functools.lru_cache(maxsize=4096)
+def _looked_up(family: Any, problem: Problem) -> Problem:
+    # Making inputs costs a second for large shapes; a process planning the same shapes
+    # again (a nightly dry run per shard, a sweep after its plan) asks once. Keyed by the
+    # family object: a family registered anew under the same name is asked again.
+    return family.problem_of(family.make_inputs(problem, seed=0))
 
 
 def study_name(device: DeviceIdentity, item: SweepItem, kernel_hash: str) -> str:

@@ -23,12 +23,14 @@ import multiprocessing
 import os
 import socket
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from spectune.autotune._engine import Search, SearchObserver, search
+from spectune.autotune._isolated import IsolatedRunner, TrialWorkerLost, WorkerStartError
+from spectune.autotune._storage import studies_beside
 from spectune.autotune._strategies import STRATEGIES, make_strategy
 from spectune.autotune._strategy import Strategy
 from spectune.autotune._transfer import TransferStrategy
@@ -36,13 +38,14 @@ from spectune.autotune.problems import SweepItem, study_name
 from spectune.autotune.trial import TrialRunner
 from spectune.identity import DeviceIdentity, SoftwareIdentity, detect_device, detect_software
 from spectune.kernels import KernelFamily, family_space, get_family
+from spectune.messages import one_line
 from spectune.promotion import Timing, decide_side_by_side
 
 if TYPE_CHECKING:
-    from spectune.db import Store
+    from spectune.db import Store, TunedRow
 
 __all__ = ["MAX_SEED", "SweepOptions", "SweepResult", "default_storage", "max_workers",
-           "run_item"]
+           "run_item", "study_attrs"]
 
 # Worker i of a study seeds its sampler with seed + stride * i + pid % stride: apart from
 # the main process's and each other's.
@@ -89,6 +92,11 @@ class SweepOptions:
     trial_time_limit: float | None = 300.0
     #: Start each study from the database's prior (:func:`transfer_prior`).
     transfer: bool = True
+    #: Run each trial in a child process with a watchdog
+    #: (:class:`~spectune.autotune.IsolatedRunner`): a crash, an abort or a hung kernel
+    #: fails the trial, not the sweep. ``None``: on GPUs, not under the CPU interpreter
+    #: (where nothing can crash the process and a worker's start costs seconds).
+    isolate: bool | None = None
 
     def __post_init__(self) -> None:
         for name, low, high, optional in (
@@ -111,6 +119,8 @@ class SweepOptions:
                 or not math.isfinite(value) or value <= 0
             ):
                 raise ValueError(f"{name} must be a finite number > 0 or None, got {value!r}")
+        if self.isolate is not None and not isinstance(self.isolate, bool):
+            raise ValueError(f"isolate must be True, False or None, got {self.isolate!r}")
         if isinstance(self.sampler, str) and self.sampler not in STRATEGIES:
             raise ValueError(f"sampler must be one of {sorted(STRATEGIES)}, got {self.sampler!r}")
 
@@ -134,6 +144,8 @@ class SweepResult:
     # holds the best), default is best, no result
     promoted: str
     seconds: float
+    #: At which of the study's evaluations its best was found (``None`` without one).
+    best_evaluation: int | None = None
 
     @property
     def speedup(self) -> float | None:
@@ -144,11 +156,26 @@ class SweepResult:
         return self.default.p50 / self.best.p50
 
 
-def default_storage() -> Path:
-    """Where studies live by default: a journal file next to the user database."""
-    from spectune.db import user_db_path
+def default_storage(db: str | None = None) -> str:
+    """Where a sweep into ``db`` keeps its studies by default: where the configs live
+    (:func:`~spectune.autotune._storage.studies_beside`: a journal file beside a SQLite
+    database, the same PostgreSQL database). A sweep into another database never resumes
+    a study recorded for this one.
 
-    return user_db_path().parent / "studies.journal"
+    Args:
+        db: The configs database (``--db``); ``None``: where writers write
+            (``SPECTUNE_DB`` or the user database).
+    """
+    return studies_beside(db)
+
+
+def study_attrs(item: SweepItem, device: DeviceIdentity, kernel_hash: str) -> dict[str, object]:
+    """What a study tunes, as its user attributes (shown by ``optuna-dashboard``)."""
+    p = item.problem
+    return {"kernel": item.kernel, "kernel_hash": kernel_hash, "k": p.spec_len,
+            "batch": p.batch, "vocab": p.vocab, "dtype": p.dtype,
+            "draft_probs": p.draft_probs, "device": device.device_name,
+            "backend": device.backend, "arch": device.arch}
 
 
 def run_item(
@@ -158,8 +185,26 @@ def run_item(
     observers: Sequence[SearchObserver] = (),
     device: DeviceIdentity | None = None,
     software: SoftwareIdentity | None = None,
+    study_suffix: str = "",
+    supersede: bool = False,
 ) -> SweepResult:
-    """Tune one problem and promote its best config; see the module docstring."""
+    """Tune one problem and promote its best config; see the module docstring.
+
+    Args:
+        item: The kernel and problem.
+        options: Limits and places.
+        observers: Receive the study's progress.
+        device: This device (detected when ``None``).
+        software: This software (detected when ``None``).
+        study_suffix: Appended to the study's name: a fresh study for the same problem
+            (the nightly re-tune of a regressed or stale row, whose old study holds
+            timings of another system).
+        supersede: The database's row of this key describes another system (changed
+            software or drivers) or has regressed: the study's best replaces it when it
+            beats the default side by side, and the row is removed when nothing does
+            (verdicts ``replaced``, ``removed``), instead of the promotion rule weighing
+            the best against the row's old figures.
+    """
     from spectune.db import open_store
 
     if not isinstance(options, SweepOptions):
@@ -169,28 +214,35 @@ def run_item(
     software = software or detect_software()
     family = get_family(item.kernel)
     space = family.search_space(device.backend)
-    storage = str(options.storage or default_storage())
-    name = study_name(device, item, family.source_hash)
+    storage = str(options.storage or default_storage(options.db))
+    name = study_name(device, item, family.source_hash) + study_suffix
     store = open_store(options.db)
     try:
         default_config = family.default_config(item.problem, device.backend)
         warm = [default_config]
         prior = transfer_prior(store, item=item, device=device, software=software,
                                kernel_hash=family.source_hash) if options.transfer else []
-        runner = TrialRunner(family=family, problem=item.problem, backend=device.backend,
-                             seed=options.seed, time_limit=options.trial_time_limit)
+        isolate = _isolates(options, device.backend)
         helpers = _start_helpers(item, options, storage, name, warm, prior,
-                                 count=options.workers - 1)
+                                 count=options.workers - 1, isolate=isolate)
         try:
-            result = search(
-                runner, space=space, max_evals=options.trials,
-                time_budget=options.time_budget, patience=options.patience,
-                warm_start=warm, sampler=_sampler(options, options.seed, prior),
-                seed=options.seed, storage=storage, study_name=name, observers=observers,
-            )
+            with _objective(family, item, device.backend, options, isolate) as objective:
+                result = search(
+                    objective, space=space, max_evals=options.trials,
+                    time_budget=options.time_budget, patience=options.patience,
+                    warm_start=warm, sampler=_sampler(options, options.seed, prior),
+                    seed=options.seed, storage=storage, study_name=name,
+                    observers=observers,
+                    user_attrs=study_attrs(item, device, family.source_hash),
+                )
         finally:
             for proc in helpers:
                 proc.join()
+        # Promotion times configs the study already ran correctly, in this process;
+        # an isolated study's worker (and its device memory) is gone by now.
+        runner = (objective if isinstance(objective, TrialRunner) else
+                  TrialRunner(family=family, problem=item.problem, backend=device.backend,
+                              seed=options.seed, time_limit=options.trial_time_limit))
         history, best = result.history, result.best
         if helpers:
             # This process stopped first; the study now also holds the workers' last trials.
@@ -207,12 +259,14 @@ def run_item(
                            software=software, study=name, trials=len(history),
                            started=started),
                 store=store, best_config=best_config, default_config=default_config,
+                supersede=supersede,
             )
         return SweepResult(
             item=item, study=name, default_config=default_config, default=default_t,
             best_config=best_config, best=best_t, trials=len(history), failed=failed,
             invalid=invalid, stop_reason=result.stop_reason, promoted=promoted,
             seconds=time.monotonic() - started,
+            best_evaluation=None if best is None else best.evaluation,
         )
     finally:
         store.close()
@@ -234,7 +288,7 @@ class _Promotion:
 
 def _promote(
     study: _Promotion, *, store: Store, best_config: dict[str, int],
-    default_config: dict[str, int],
+    default_config: dict[str, int], supersede: bool = False,
 ) -> tuple[str, Timing | None, Timing | None]:
     """Decide whether the study's best config goes into the database.
 
@@ -242,8 +296,6 @@ def _promote(
         What happened (:attr:`SweepResult.promoted`), and the default's and the best's
         timings to report.
     """
-    from spectune.db import TunedRow
-
     family, runner = study.family, study.runner
 
     def timer(config: dict[str, int]) -> Timing:
@@ -256,6 +308,9 @@ def _promote(
         triton=study.software.triton, kernel_hash=family.source_hash, limit=1,
     )
     held = near[0] if near and near[0].problem == study.item.problem else None
+    if supersede and held is not None:
+        return _supersede(study, store=store, held=held, best_config=best_config,
+                          default_config=default_config, timer=timer)
     if held is not None and held.config == best_config:
         # Nothing to decide: measuring again could only turn noise into a verdict. Its
         # own figures are the ones it was promoted on (side by side, in one run).
@@ -269,16 +324,42 @@ def _promote(
     default_t = decision.incumbent if held is None else timer(default_config)
     if not decision.faster:
         return ("not faster" if held is None else "kept"), default_t, decision.candidate
-    row = TunedRow(
-        device=study.device, software=study.software, kernel=study.item.kernel,
-        kernel_hash=family.source_hash, problem=study.item.problem, config=best_config,
-        tuned=decision.candidate, default=default_t, trials=study.trials,
-        tuning_seconds=time.monotonic() - study.started, host=socket.gethostname(),
-        study=study.study,
-    )
+    row = _row(study, best_config, tuned=decision.candidate, default=default_t)
     # The database weighs the row against the timings it holds (as merges do), so a row
     # it holds is replaced only when both this run and its figures agree.
     return store.record(row, spaces=family_space).value, default_t, decision.candidate
+
+
+def _row(study: _Promotion, config: dict[str, int], *, tuned: Timing, default: Timing
+         ) -> TunedRow:
+    from spectune.db import TunedRow
+
+    return TunedRow(
+        device=study.device, software=study.software, kernel=study.item.kernel,
+        kernel_hash=study.family.source_hash, problem=study.item.problem, config=config,
+        tuned=tuned, default=default, trials=study.trials,
+        tuning_seconds=time.monotonic() - study.started, host=socket.gethostname(),
+        study=study.study,
+    )
+
+
+def _supersede(
+    study: _Promotion, *, store: Store, held: TunedRow, best_config: dict[str, int],
+    default_config: dict[str, int], timer: Callable[[dict[str, int]], Timing],
+) -> tuple[str, Timing | None, Timing | None]:
+    """Replace a row that no longer describes this system by the study's best, measured
+    side by side with the default; remove it when the default is as fast."""
+    if best_config == default_config:
+        default_t = timer(default_config)
+        store.remove(held.key)
+        return "removed", default_t, default_t
+    decision = decide_side_by_side(lambda: timer(best_config), lambda: timer(default_config))
+    if not decision.faster:
+        store.remove(held.key)
+        return "removed", decision.incumbent, decision.candidate
+    row = _row(study, best_config, tuned=decision.candidate, default=decision.incumbent)
+    outcome = store.record(row, spaces=family_space, supersede=True)
+    return outcome.value, decision.incumbent, decision.candidate
 
 
 # How long the main process waits for its worker processes to be ready (imports).
@@ -315,9 +396,35 @@ def _sampler(options: SweepOptions, seed: int, prior: Sequence[dict[str, int]]
     return TransferStrategy(make_strategy(options.sampler, seed=seed), prior=prior)
 
 
+def _isolates(options: SweepOptions, backend: str) -> bool:
+    from spectune.identity import CPU_BACKEND
+
+    return backend != CPU_BACKEND if options.isolate is None else options.isolate
+
+
+@contextmanager
+def _objective(family: KernelFamily, item: SweepItem, backend: str, options: SweepOptions,
+               isolate: bool) -> Iterator[TrialRunner | IsolatedRunner]:
+    """The study's objective: trials in this process, or in an isolated worker (closed
+    after the study; a worker that cannot be restarted ends the study with one line)."""
+    if not isolate:
+        yield TrialRunner(family=family, problem=item.problem, backend=backend,
+                          seed=options.seed, time_limit=options.trial_time_limit)
+        return
+    with IsolatedRunner(family=family, problem=item.problem, backend=backend,
+                        seed=options.seed, time_limit=options.trial_time_limit) as runner:
+        try:
+            yield runner
+        except TrialWorkerLost as exc:
+            # The interrupted trial is retried first when the study resumes.
+            cause = exc.__cause__ or exc
+            raise WorkerStartError(f"the study stopped: {one_line(cause)}") from exc
+
+
 def _start_helpers(
     item: SweepItem, options: SweepOptions, storage: str, name: str,
     warm: list[dict[str, int]], prior: list[dict[str, int]], *, count: int,
+    isolate: bool = False,
 ) -> list[multiprocessing.Process]:
     """Worker processes that share the study through ``storage`` (``--workers N``).
 
@@ -329,8 +436,10 @@ def _start_helpers(
         ready = ctx.Event()
         proc = ctx.Process(
             target=_helper_main,
-            args=(item, options, storage, name, warm, prior, index, ready),
-            daemon=True,
+            args=(item, options, storage, name, warm, prior, index, ready, isolate),
+            # A daemon process may not start children: isolated helpers start their
+            # trial workers, so they are joined (or interrupted with the sweep) instead.
+            daemon=not isolate,
         )
         proc.start()
         procs.append(proc)
@@ -345,16 +454,16 @@ def _start_helpers(
 def _helper_main(
     item: SweepItem, options: SweepOptions, storage: str, name: str,
     warm: list[dict[str, int]], prior: list[dict[str, int]], index: int, ready: object,
+    isolate: bool = False,
 ) -> None:
     device = detect_device()
     family = get_family(item.kernel)
-    runner = TrialRunner(family=family, problem=item.problem, backend=device.backend,
-                         seed=options.seed, time_limit=options.trial_time_limit)
-    ready.set()  # type: ignore[attr-defined]
     seed = options.seed + _WORKER_SEED_STRIDE * index + os.getpid() % _WORKER_SEED_STRIDE
-    search(
-        runner, space=family.search_space(device.backend), max_evals=options.trials,
-        time_budget=options.time_budget, patience=options.patience, warm_start=warm,
-        sampler=_sampler(options, seed, prior), seed=seed,
-        storage=storage, study_name=name,
-    )
+    with _objective(family, item, device.backend, options, isolate) as objective:
+        ready.set()  # type: ignore[attr-defined]
+        search(
+            objective, space=family.search_space(device.backend), max_evals=options.trials,
+            time_budget=options.time_budget, patience=options.patience, warm_start=warm,
+            sampler=_sampler(options, seed, prior), seed=seed,
+            storage=storage, study_name=name,
+        )

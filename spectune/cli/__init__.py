@@ -17,6 +17,7 @@ COMMANDS = {
     "db": "spectune.cli.db:db",
     "demo": "spectune.cli.demo:demo",
     "doctor": "spectune.cli.doctor:doctor",
+    "nightly": "spectune.cli.nightly:nightly",
     "replay": "spectune.cli.replay:replay",
     "sweep": "spectune.cli.sweep:sweep",
 }

@@ -11,7 +11,7 @@ from __future__ import annotations
 import functools
 import json
 from collections.abc import Callable, Sequence
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 import click
 
@@ -108,8 +108,8 @@ def _filter(rows: list[tuple[str, Any]], gpu: str | None, kernel: str | None) ->
     return out
 
 
-def _table(title: str, columns: Sequence[str], cells: Sequence[Sequence[str]]) -> None:
-    from rich.console import Console
+def _full_table(title: str, columns: Sequence[str], cells: Sequence[Sequence[str]]) -> Any:
+    """A rich Table of every column named, boxed, each cell folded when too narrow."""
     from rich.table import Table
     from rich.text import Text
 
@@ -119,11 +119,125 @@ def _table(title: str, columns: Sequence[str], cells: Sequence[Sequence[str]]) -
     for row in cells:
         # Text, not str: a stored string is never read as rich markup.
         table.add_row(*(Text(cell) for cell in row))
-    Console(soft_wrap=False).print(table)
+    return table
+
+
+def _table(title: str, columns: Sequence[str], cells: Sequence[Sequence[str]]) -> None:
+    from rich.console import Console
+
+    Console(soft_wrap=False).print(_full_table(title, columns, cells))
 
 
 def _config_text(config: dict[str, int]) -> str:
     return ",".join(f"{k}={v}" for k, v in config.items())
+
+
+# The compact tables (``db show``, ``sweep``) fit an 80-column terminal: one wide cell of
+# phrases (the problem, the config) wrapped between phrases, narrow cells of numbers
+# that never wrap. The helpers below are shared with ``spectune sweep``.
+
+#: Short names of the logits dtypes, as the compact tables print them.
+SHORT_DTYPES = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
+
+
+def problem_phrases(kernel: str, problem: Any) -> list[str]:
+    """``["rejection_sample", "k=4 B=8 V=128256 bf16"]`` (`` no-dp`` appended without
+    draft probs): the kernel and the shape, each kept whole on a line of a cell."""
+    dtype = SHORT_DTYPES.get(problem.dtype, problem.dtype)
+    shape = f"k={problem.spec_len} B={problem.batch} V={problem.vocab} {dtype}"
+    return [kernel, shape + ("" if problem.draft_probs else " no-dp")]
+
+
+def config_phrases(config: dict[str, int] | None) -> list[str]:
+    """``["BLOCK_V=1024", "num_warps=4"]``: a config's parameters, one phrase each (a
+    :class:`Phrases` line joins them with ``,``, as ``db export`` and ``show --wide``
+    write a config)."""
+    return [f"{k}={v}" for k, v in (config or {}).items()]
+
+
+def short_us(value: float) -> str:
+    """A time in µs in at most six characters below a second: ``12.35``, ``123.5``,
+    ``1235``, ``123457`` (noise is larger than the digits left out)."""
+    digits = 2 if value < 100 else 1 if value < 1000 else 0
+    return f"{value:.{digits}f}"
+
+
+class Phrases:
+    """A table cell of lines of phrases, each line's phrases joined by its separator.
+
+    A line wraps between phrases, not inside one, so ``k=4 B=8 V=151936 bf16`` or
+    ``num_warps=8`` stays whole whenever the cell is as wide as it (a wrapped line ends
+    with its separator, so ``,`` says the config goes on); a phrase wider than the cell
+    wraps at its own spaces. Strings are printed as they are, never as markup.
+
+    Args:
+        lines: (phrases, rich style, separator) per line; a line without phrases is
+            left out.
+    """
+
+    def __init__(self, lines: Sequence[tuple[Sequence[str], str, str]]) -> None:
+        self.lines = [(tuple(phrases), style, sep) for phrases, style, sep in lines if phrases]
+
+    def _wrapped(self, width: int) -> list[tuple[str, str]]:
+        """(text, style) of each printed line, at most ``width`` wide where the phrases
+        allow."""
+        from rich.cells import cell_len
+
+        out = []
+        for phrases, style, sep in self.lines:
+            line = ""
+            for i, phrase in enumerate(phrases):
+                # The separator after a phrase stays with it: "BLOCK_V=1024," then a break.
+                piece = phrase + (sep.rstrip() if i < len(phrases) - 1 else "")
+                glue = sep[len(sep.rstrip()):]  # what follows the separator's mark
+                if line and cell_len(line) + len(glue) + cell_len(piece) > width:
+                    out.append((line, style))
+                    line = piece
+                else:
+                    line = f"{line}{glue}{piece}" if line else piece
+            out.append((line, style))
+        return out
+
+    def __rich_measure__(self, console: Any, options: Any) -> Any:
+        from rich.cells import cell_len
+        from rich.measure import Measurement
+
+        widest = max((cell_len(text) for text, _ in self._wrapped(1)), default=1)
+        longest = max((cell_len(text) for text, _ in self._wrapped(10**6)), default=1)
+        return Measurement(min(widest, options.max_width), min(longest, options.max_width))
+
+    def __rich_console__(self, console: Any, options: Any) -> Any:
+        from rich.text import Text
+
+        for text, style in self._wrapped(options.max_width):
+            yield Text(text, style=style)
+
+
+def compact_table(title: str, *, title_justify: Literal["left", "center"] = "center") -> Any:
+    """An empty rich Table of the compact kind: no edges, no vertical rules, a blank line
+    between rows (a row takes several lines), the room left to the phrases' cell."""
+    from rich import box
+    from rich.table import Table
+
+    return Table(title=title, title_justify=title_justify, box=box.SIMPLE_HEAD,
+                 show_edge=False, pad_edge=False, collapse_padding=True, show_lines=True)
+
+
+def print_table(table: Any, *, wide: bool, console: Any = None) -> None:
+    """Print ``table`` on ``console`` (default: stdout, at the terminal's width).
+
+    ``wide``: the console is first widened to the table's natural width when narrower,
+    so that every cell stays whole (a pager scrolls sideways) rather than folded into
+    fragments in columns a few characters wide.
+    """
+    from rich.console import Console
+    from rich.measure import Measurement
+
+    console = console or Console(soft_wrap=False)
+    if wide:
+        natural = Measurement.get(console, console.options.update_width(100_000), table)
+        console.width = max(console.width, natural.maximum)
+    console.print(table)
 
 
 @click.group()
@@ -136,40 +250,77 @@ def db() -> None:
 @click.option("--gpu", help="Only rows of this device (part of its name, or its arch).")
 @click.option("--kernel", help="Only rows of this kernel family.")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON list of rows.")
+@click.option(
+    "--wide", is_flag=True,
+    help="Every column (arch, draft probs, triton, tuned at, source), as wide as it needs "
+    "(lines may pass the terminal's width).",
+)  # fmt: skip
 @_clean_errors
-def show(database: str | None, gpu: str | None, kernel: str | None, as_json: bool) -> None:
-    """Show tuned rows (a table, or JSON with --json)."""
+def show(
+    database: str | None, gpu: str | None, kernel: str | None, as_json: bool, wide: bool
+) -> None:
+    """Show tuned rows (a table, or JSON with --json).
+
+    The table fits an 80-column terminal: the problem with its config below it, the
+    device, tuned and default p50, speedup; --wide shows every column.
+    """
     from spectune.db._files import rows_to_json
 
     rows = _filter(_rows(database), gpu, kernel)
     if as_json:
         click.echo(rows_to_json(row for _, row in rows), nl=False)
         return
-    cells = [
-        (
-            row.kernel,
-            row.device.device_name,
-            row.device.arch,
-            str(row.problem.spec_len),
-            str(row.problem.batch),
-            str(row.problem.vocab),
-            row.problem.dtype,
-            "yes" if row.problem.draft_probs else "no",
-            _config_text(row.config),
-            f"{row.tuned.p50:.2f}",
-            f"{row.default.p50:.2f}",
+    if wide:
+        cells = [_wide_cells(label, row) for label, row in rows]
+        print_table(_full_table(f"{len(rows)} tuned rows", _WIDE_COLUMNS, cells), wide=True)
+    else:
+        print_table(_compact_rows_table(rows), wide=False)
+
+
+#: ``db show --wide``'s columns, one per field a reader may want.
+_WIDE_COLUMNS = (
+    "kernel", "device", "arch", "k", "batch", "vocab", "dtype", "draft probs", "config",
+    "p50 µs", "default p50 µs", "speedup", "triton", "tuned (UTC)", "source",
+)  # fmt: skip
+
+
+def _wide_cells(label: str, row: Any) -> tuple[str, ...]:
+    return (
+        row.kernel,
+        row.device.device_name,
+        row.device.arch,
+        str(row.problem.spec_len),
+        str(row.problem.batch),
+        str(row.problem.vocab),
+        row.problem.dtype,
+        "yes" if row.problem.draft_probs else "no",
+        _config_text(row.config),
+        f"{row.tuned.p50:.2f}",
+        f"{row.default.p50:.2f}",
+        f"{row.speedup:.2f}x",
+        row.software.triton,
+        row.tuned_at.strftime("%Y-%m-%d %H:%M"),
+        label,
+    )
+
+
+def _compact_rows_table(rows: Sequence[tuple[str, Any]]) -> Any:
+    """``db show``'s 80-column table of (source label, row) pairs."""
+    table = compact_table(f"{len(rows)} tuned rows (µs: p50)", title_justify="left")
+    table.add_column("problem / config")
+    table.add_column("device")
+    for name in ("tuned\nµs", "default\nµs", "speedup"):
+        table.add_column(name, justify="right", no_wrap=True)
+    for _, row in rows:
+        table.add_row(
+            Phrases([(problem_phrases(row.kernel, row.problem), "", " "),
+                      (config_phrases(row.config), "dim", ",")]),
+            Phrases([([row.device.device_name], "", " "), ([row.device.arch], "dim", " ")]),
+            short_us(row.tuned.p50),
+            short_us(row.default.p50),
             f"{row.speedup:.2f}x",
-            row.software.triton,
-            row.tuned_at.strftime("%Y-%m-%d %H:%M"),
-            label,
         )
-        for label, row in rows
-    ]
-    columns = (
-        "kernel", "device", "arch", "k", "batch", "vocab", "dtype", "draft probs", "config",
-        "p50 µs", "default p50 µs", "speedup", "triton", "tuned (UTC)", "source",
-    )  # fmt: skip
-    _table(f"{len(rows)} tuned rows", columns, cells)
+    return table
 
 
 @db.command()

@@ -72,11 +72,21 @@ def _kernel_names() -> list[str]:
               help="Let each study try what the database knows first: the best configs of "
               "neighbouring problems on this device and of other GPU models, dropped "
               "once they stop improving.")
+@click.option("--isolate/--no-isolate", default=None,
+              help="Run each trial in a child process with a watchdog, so a crash, an abort "
+              "or a hung kernel fails the trial, not the sweep (default: on GPUs, not under "
+              "the CPU interpreter).")
+@click.option("--json", "as_json", is_flag=True,
+              help="Print the results as one JSON list on stdout, nothing else (progress "
+              "and notes stay on stderr).")
+@click.option("--wide", is_flag=True,
+              help="The results table with every column, as wide as it needs (lines may "
+              "pass the terminal's width).")
 def sweep(
     kernels: tuple[str, ...], spec_lens: str, batch_sizes: str, vocab_sizes: str,
     dtypes: tuple[str, ...], no_draft_probs: bool, trials: int, time_budget: float | None,
     patience: int | None, db: str | None, storage: str | None, workers: int, sampler: str,
-    seed: int, transfer: bool,
+    seed: int, transfer: bool, isolate: bool | None, as_json: bool, wide: bool,
 ) -> None:
     """Tune the kernels for each (kernel, k, batch, vocab, dtype) on this device.
 
@@ -86,11 +96,17 @@ def sweep(
     measured side by side until the rule decides (a best the database already holds is
     "up to date"). Numbers past the kernels' declared limits are refused before anything
     runs. Ctrl-C stops cleanly: finished trials are kept, and a rerun resumes.
+
+    The results table fits an 80-column terminal (the problem, its best config below it,
+    default and best p50, speedup, the database's verdict); --wide shows every column,
+    --json prints the results as JSON instead.
     """
     optuna = import_tuner("optuna", command="sweep")
     import_tuner("spectune.autotune.sweep", command="sweep")
     from rich.console import Console
 
+    from spectune.autotune._isolated import WorkerStartError
+    from spectune.autotune._storage import StorageUnavailableError, display_storage
     from spectune.autotune.problems import as_looked_up, sweep_items
     from spectune.autotune.sweep import MAX_SEED, SweepOptions, default_storage, max_workers
     from spectune.db import DatabaseError, batch_bucket
@@ -119,9 +135,9 @@ def sweep(
                        backend=device.backend)
     try:
         options = SweepOptions(trials=trials, time_budget=time_budget, patience=patience,
-                               db=db, storage=storage or str(default_storage()),
+                               db=db, storage=storage or default_storage(db),
                                workers=workers, sampler=sampler, seed=seed,
-                               transfer=transfer)
+                               transfer=transfer, isolate=isolate)
         buckets = sorted({batch_bucket(b) for b in batches})
         if buckets != batches:
             console.print(f"batch sizes {batches} tuned at their buckets {buckets}")
@@ -133,7 +149,8 @@ def sweep(
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
     console.print(f"[bold]device[/]: {device.describe()}")
-    console.print(f"[bold]studies[/]: {len(items)} in {options.storage}")
+    shown = display_storage(options.storage or "")  # never a password on screen
+    console.print(f"[bold]studies[/]: {len(items)} in {shown}")
     if device.backend == CPU_BACKEND:
         console.print("[yellow]timings are Triton-interpreter wall time on CPU, not GPU "
                       "figures[/]")
@@ -141,12 +158,16 @@ def sweep(
         with _memory_for_inputs():
             results = _run(items, options, console)
     except KeyboardInterrupt:
-        console.print(f"[yellow]interrupted[/]: finished trials are kept in {options.storage}; "
+        console.print(f"[yellow]interrupted[/]: finished trials are kept in {shown}; "
                       "rerun the same command to resume")
         sys.exit(130)
-    except DatabaseError as exc:
+    except (DatabaseError, WorkerStartError, StorageUnavailableError) as exc:
         raise click.ClickException(str(exc)) from None
-    _print_table(results)
+    if as_json:
+        click.echo(_results_json(results, storage=shown,
+                                 device_name=device.device_name))
+    else:
+        _print_table(results, wide=wide)
 
 
 @contextmanager
@@ -267,31 +288,104 @@ def _run(items: list[SweepItem], options: SweepOptions, console: Console) -> lis
                 progress.update(self.task, completed=p.evaluations, best=best)
 
         for item in items:
-            p = item.problem
-            label = (f"{item.kernel} k={p.spec_len} B={p.batch} V={p.vocab} {p.dtype}"
-                     f"{'' if p.draft_probs else ' no-dp'}")
-            task = progress.add_task(label, total=options.trials, best="")
+            task = progress.add_task(_problem_label(item), total=options.trials, best="")
             results.append(run_item(item, options=options, observers=[_Bar(task)]))
             progress.update(overall, advance=1)
     return results
 
 
-def _print_table(results: list[SweepResult]) -> None:
-    from rich.console import Console
-    from rich.table import Table
+def _problem_label(item: SweepItem) -> str:
+    """``rejection_sample k=4 B=8 V=128256 bf16`` (`` no-dp`` without draft probs)."""
+    from spectune.cli.db import problem_phrases
 
-    table = Table(title="sweep results (µs: p50; default vs best, measured side by side)")
-    for name in ("kernel", "k", "batch", "vocab", "dtype", "default µs", "best µs",
-                 "speedup", "trials", "fail/invalid", "database", "config"):
-        table.add_column(name, justify="right" if name in ("k", "batch", "vocab") else "left")
+    return " ".join(problem_phrases(item.kernel, item.problem))
+
+
+def _us(value: float | None) -> float | None:
+    """A number for JSON: None for a missing or non-finite one (JSON has no NaN)."""
+    return value if value is not None and math.isfinite(value) else None
+
+
+def _results_json(
+    results: list[SweepResult], *, storage: str | None, device_name: str
+) -> str:
+    """The results as one JSON list, a flat object per problem.
+
+    Timings are in µs, named like the database's JSON rows (``default_p50_us``); a
+    missing timing, speedup or best config (a study with no valid trial) is null.
+    """
+    import json
+
+    payload = []
     for r in results:
         p = r.item.problem
-        table.add_row(
-            r.item.kernel, str(p.spec_len), str(p.batch), str(p.vocab), p.dtype,
-            f"{r.default.p50:.1f}" if r.default else "-",
-            f"{r.best.p50:.1f}" if r.best else "-",
-            f"{r.speedup:.2f}x" if r.speedup else "-",
-            str(r.trials), f"{r.failed}/{r.invalid}", r.promoted,
-            " ".join(f"{k}={v}" for k, v in (r.best_config or {}).items()),
-        )
-    Console().print(table)
+        entry: dict[str, object] = {
+            "kernel": r.item.kernel, "spec_len": p.spec_len, "batch": p.batch,
+            "vocab": p.vocab, "dtype": p.dtype, "draft_probs": p.draft_probs,
+            "device_name": device_name, "study": r.study, "storage": storage,
+        }
+        for name, timing in (("default", r.default), ("best", r.best)):
+            for q in ("p20", "p50", "p80"):
+                entry[f"{name}_{q}_us"] = None if timing is None else _us(getattr(timing, q))
+        entry.update({
+            "speedup": _us(r.speedup), "trials": r.trials,
+            "best_evaluation": r.best_evaluation, "failed": r.failed, "invalid": r.invalid,
+            "stop_reason": r.stop_reason, "promoted": r.promoted,
+            "best_config": r.best_config, "default_config": r.default_config,
+            "seconds": _us(r.seconds),
+        })
+        payload.append(entry)
+    return json.dumps(payload, indent=2, allow_nan=False)
+
+
+def _print_table(
+    results: list[SweepResult], *, wide: bool = False, console: Console | None = None
+) -> None:
+    """Print the results table on ``console`` (default: stdout).
+
+    By default it fits an 80-column terminal: the problem (wrapped between kernel and
+    shape, never inside a number) with its best config below it, then default and best
+    p50, speedup and the database's verdict. ``wide``: every column, each cell whole,
+    the console widened to the table's width when narrower.
+    """
+    from rich.table import Table
+    from rich.text import Text
+
+    from spectune.cli.db import (
+        Phrases,
+        compact_table,
+        config_phrases,
+        print_table,
+        problem_phrases,
+        short_us,
+    )
+
+    title = "sweep results (µs: p50; default vs best, measured side by side)"
+    if wide:
+        table = Table(title=title)
+        for name in ("kernel", "k", "batch", "vocab", "dtype", "default µs", "best µs",
+                     "speedup", "trials", "fail/invalid", "database", "config"):
+            table.add_column(name, justify="right" if name in ("k", "batch", "vocab") else "left")
+    else:
+        table = compact_table(title)
+        table.add_column("problem / best config")
+        for name in ("default\nµs", "best\nµs", "speedup"):
+            table.add_column(name, justify="right", no_wrap=True)
+        table.add_column("database", no_wrap=True)
+    # The wide table's figures as today's; the compact one's in at most six characters.
+    number = (lambda us: f"{us:.1f}") if wide else short_us
+    for r in results:
+        default = number(r.default.p50) if r.default else "-"
+        best = number(r.best.p50) if r.best else "-"
+        speedup = f"{r.speedup:.2f}x" if r.speedup else "-"
+        if wide:
+            p = r.item.problem
+            config = " ".join(config_phrases(r.best_config))
+            table.add_row(r.item.kernel, str(p.spec_len), str(p.batch), str(p.vocab), p.dtype,
+                          default, best, speedup, str(r.trials), f"{r.failed}/{r.invalid}",
+                          r.promoted, Text(config))
+        else:
+            cell = Phrases([(problem_phrases(r.item.kernel, r.item.problem), "", " "),
+                            (config_phrases(r.best_config), "dim", ",")])
+            table.add_row(cell, default, best, speedup, r.promoted)
+    print_table(table, wide=wide, console=console)

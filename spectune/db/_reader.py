@@ -11,8 +11,9 @@ placeholder differs), and every read goes through here: the serving path's
 ``best_configs_near``, and the schema check, which the writers also run on their own
 connection (:func:`schema_state`). Reading never imports SQLAlchemy.
 
-The schema's revision lives in Alembic's ``alembic_version`` table; readers accept only
-:data:`HEAD_REVISION` with every column of the field list. Every failure is a one-line
+The schema's revision lives in Alembic's ``alembic_version`` table; readers accept the
+revisions whose ``tuned_configs`` is today's (:data:`READABLE_REVISIONS`) with every column
+of the field list. Every failure is a one-line
 :class:`spectune.db.DatabaseError` naming the database; only parameterised queries are
 run, and nothing read is executed.
 """
@@ -50,6 +51,7 @@ from spectune.messages import one_line
 __all__ = [
     "BUSY_TIMEOUT_S",
     "HEAD_REVISION",
+    "READABLE_REVISIONS",
     "REVISIONS",
     "TABLE_COLUMNS",
     "VERSION_TABLE",
@@ -64,9 +66,12 @@ __all__ = [
 ]
 
 #: Every schema revision, oldest first; a database at another one is from a newer spectune.
-REVISIONS = ("0001", "0002")
-#: The revision this spectune reads and writes.
+REVISIONS = ("0001", "0002", "0003")
+#: The revision this spectune writes (writers upgrade to it).
 HEAD_REVISION = REVISIONS[-1]
+#: The revisions whose ``tuned_configs`` readers read as is: later revisions only added
+#: tables readers never open (0003: the nightly history), so serving needs no upgrade.
+READABLE_REVISIONS = REVISIONS[REVISIONS.index("0002"):]
 #: Alembic's table recording the schema revision.
 VERSION_TABLE = "alembic_version"
 #: The columns of the table at :data:`HEAD_REVISION`.
@@ -177,7 +182,8 @@ def schema_state(connection: Any) -> SchemaState:
 
 
 def require_current(state: SchemaState, *, location: str) -> None:
-    """Raise unless ``state`` is a spectune database at :data:`HEAD_REVISION`.
+    """Raise unless ``state`` is a spectune database whose rows this spectune reads
+    (:data:`READABLE_REVISIONS`).
 
     Raises:
         NotADatabaseError: no spectune tables (empty, or another application's).
@@ -188,7 +194,7 @@ def require_current(state: SchemaState, *, location: str) -> None:
     refuse_foreign(state, location=location)
     if state.revision is None:
         raise NotADatabaseError(f"{location} has no spectune tables")
-    if state.revision != HEAD_REVISION:
+    if state.revision not in READABLE_REVISIONS:
         raise SchemaTooOldError(
             f"{location} has schema revision {state.revision}, older than this spectune's "
             f"{HEAD_REVISION}; run: spectune db upgrade --db {location}"

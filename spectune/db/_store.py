@@ -99,20 +99,25 @@ class RecordReport:
 
 
 def resolve(
-    incumbent: TunedRow, candidate: TunedRow, *, min_gain: float = MIN_GAIN
+    incumbent: TunedRow, candidate: TunedRow, *, min_gain: float = MIN_GAIN,
+    supersede: bool = False,
 ) -> tuple[RecordOutcome, TunedRow]:
     """Decide between two rows of the same key.
 
     The candidate wins only when :func:`spectune.promotion.is_significantly_faster`
-    says so. Either way the winner's ``history`` gains every provenance of both rows
-    (their own and their histories) except its own, without duplicates, oldest first.
+    says so, or always with ``supersede`` (a re-measurement of the key on changed
+    software or drivers: the incumbent's figures no longer describe this system). Either
+    way the winner's ``history`` gains every provenance of both rows (their own and their
+    histories) except its own, without duplicates, oldest first.
 
     Returns:
         The outcome and the row to store (``incumbent`` itself when unchanged).
     """
     if candidate.key != incumbent.key:
         raise ValueError("candidate and incumbent must have the same key")
-    faster = is_significantly_faster(candidate.tuned, incumbent.tuned, min_gain=min_gain)
+    faster = supersede or is_significantly_faster(
+        candidate.tuned, incumbent.tuned, min_gain=min_gain
+    )
     winner = candidate if faster else incumbent
     seen: dict[object, Provenance] = {}
     for entry in (
@@ -254,7 +259,8 @@ class Store:
             )
 
     def record(
-        self, row: TunedRow, *, min_gain: float = MIN_GAIN, spaces: Spaces | None = None
+        self, row: TunedRow, *, min_gain: float = MIN_GAIN, spaces: Spaces | None = None,
+        supersede: bool = False,
     ) -> RecordOutcome:
         """Store one row; on a key already present the promotion rule decides.
 
@@ -263,11 +269,13 @@ class Store:
             min_gain: Promotion threshold (see :func:`spectune.promotion.is_significantly_faster`).
             spaces: Search spaces to check the config against (see
                 :func:`spectune.db._checks.check_configs`); ``None`` checks only its shape.
+            supersede: Replace the row of the key whatever the rule says (see
+                :func:`resolve`); its provenance joins the new row's history.
 
         Returns:
             What happened (see :class:`RecordOutcome`).
         """
-        report = self.record_many([row], min_gain=min_gain, spaces=spaces)
+        report = self.record_many([row], min_gain=min_gain, spaces=spaces, supersede=supersede)
         for outcome in RecordOutcome:
             if getattr(report, outcome.value):
                 return outcome
@@ -279,6 +287,7 @@ class Store:
         *,
         min_gain: float = MIN_GAIN,
         spaces: Spaces | None = None,
+        supersede: bool = False,
     ) -> RecordReport:
         """Store rows in one transaction: all of them or, on error, none.
 
@@ -291,6 +300,7 @@ class Store:
             rows: The rows.
             min_gain: Promotion threshold.
             spaces: Search spaces to check configs against; ``None`` checks only shape.
+            supersede: Each row replaces the one of its key (see :func:`resolve`).
 
         Raises:
             InvalidRowError: a config outside its space (nothing is written).
@@ -311,7 +321,7 @@ class Store:
             for attempt in range(_RETRIES):
                 try:
                     with Session(self._engine) as session, session.begin():
-                        return self._record_in(session, rows, min_gain)
+                        return self._record_in(session, rows, min_gain, supersede)
                 except IntegrityError:
                     if attempt == _RETRIES - 1:
                         raise
@@ -393,8 +403,29 @@ class Store:
                     break
         return out
 
+    def remove(self, key: RowKey) -> bool:
+        """Delete the row of ``key`` (a config that no longer beats the default);
+        whether there was one. Its provenance is the caller's to keep (the nightly
+        history records it)."""
+        if self._engine is None:
+            raise DatabaseError(f"{self.location} is open read-only")
+        from sqlalchemy import delete
+        from sqlalchemy.orm import Session
+
+        from spectune.db._models import TunedConfigRecord
+        from spectune.db._writer import stored_rows_query, translate_errors
+
+        table = TunedConfigRecord.__table__
+        with translate_errors(self.location), Session(self._engine) as session, \
+                session.begin():
+            ids = [row_id for row_id, *_ in session.execute(stored_rows_query([key]))]
+            if ids:
+                session.execute(delete(table).where(table.c.id.in_(ids)))
+        return bool(ids)
+
     def _record_in(
-        self, session: Session, rows: Sequence[TunedRow], min_gain: float
+        self, session: Session, rows: Sequence[TunedRow], min_gain: float,
+        supersede: bool = False,
     ) -> RecordReport:
         from sqlalchemy import update
 
@@ -418,7 +449,8 @@ class Store:
                 current[row.key] = row
                 counts[RecordOutcome.INSERTED] += 1
                 continue
-            outcome, current[row.key] = resolve(incumbent, row, min_gain=min_gain)
+            outcome, current[row.key] = resolve(incumbent, row, min_gain=min_gain,
+                                                supersede=supersede)
             counts[outcome] += 1
         table = TunedConfigRecord.__table__
         for key, row in current.items():

@@ -68,6 +68,15 @@ def test_help_lists_the_registered_choices() -> None:
     assert "[" + "|".join(sorted(STRATEGIES)) + "]" in replay_help.output
 
 
+def test_sweep_and_db_show_offer_json_and_wide() -> None:
+    """The results' two other forms: every column (--wide), or JSON on stdout (--json)."""
+    runner = CliRunner()
+    for args in (["sweep", "--help"], ["db", "show", "--help"]):
+        result = runner.invoke(main, args)
+        assert result.exit_code == 0, result.output
+        assert "--json" in result.output and "--wide" in result.output, result.output
+
+
 def _spectune(
     args: list[str], *, hide: str, home: Path
 ) -> subprocess.CompletedProcess[str]:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import io
 import json
+import re
 import shutil
 import sqlite3
 import subprocess
@@ -16,6 +18,8 @@ from click.testing import CliRunner, Result
 from spectune.cli import main
 from spectune.db import open_store, read_rows_file, write_rows_file
 from spectune.db._files import rows_to_json
+from spectune.db._reader import HEAD_REVISION
+from spectune.identity import DeviceIdentity
 
 from .conftest import ASSETS, H200, make_row
 
@@ -85,10 +89,111 @@ def test_show_one_database_prints_strings_literally(tmp_path: Path) -> None:
     with open_store(path) as store:
         store.record(make_row())
     # Wide enough that the source column never wraps, however deep pytest's tmp_path is
-    # (xdist workers add a level).
-    result = run("show", "--db", str(path), env={"COLUMNS": "600"})
+    # (xdist workers add a level); only --wide shows the source.
+    result = run("show", "--wide", "--db", str(path), env={"COLUMNS": "600"})
     assert result.exit_code == 0
     assert "[bold red]x[/bold red].db" in result.stdout
+
+
+LONG_CONFIG = {"BLOCK_V": 8192, "SPLITS": 4, "num_warps": 8, "num_stages": 2, "waves_per_eu": 2}
+H100 = DeviceIdentity(backend="cuda", arch="sm_90", device_name="NVIDIA_H100_80GB_HBM3",
+                      cu_count=132, warp_size=32)
+
+
+@pytest.fixture
+def long_rows(tmp_path: Path) -> Path:
+    """A database of rows with realistic long values: names, vocabularies, configs."""
+    path = tmp_path / "long.db"
+    with open_store(path) as store:
+        store.record_many([
+            make_row(kernel="rejection_sample_mrv2_folded", vocab=151936, config=LONG_CONFIG,
+                     p50=1234.56, default_p50=2345.67),
+            make_row(device=H100, kernel="rejection_sample_folded", spec_len=8, batch=64,
+                     dtype="float16", draft_probs=False, config=CUDA_CONFIG),
+            make_row(device=H200, config=CUDA_CONFIG, p50=123456.78, default_p50=234567.89),
+        ])  # fmt: skip
+    return path
+
+
+def _whole(token: str, text: str) -> bool:
+    """Whether ``token`` appears in ``text`` as a whole, not cut or glued to another."""
+    return re.search(rf"(?<![\w.]){re.escape(token)}(?![\w.])", text) is not None
+
+
+@pytest.mark.parametrize("columns", [80, 100, 132])
+def test_show_fits_the_terminal_and_cuts_no_value(long_rows: Path, columns: int) -> None:
+    result = run("show", "--db", str(long_rows), env={"COLUMNS": str(columns)})
+    assert result.exit_code == 0, result.output
+    out = result.stdout
+    assert all(len(line) <= columns for line in out.splitlines()), out
+    assert "3 tuned rows" in out
+    for token in (
+        "rejection_sample_mrv2_folded", "rejection_sample_folded", "rejection_sample",
+        "AMD_Instinct_MI300X", "NVIDIA_H100_80GB_HBM3", "NVIDIA_H200", "gfx942", "sm_90",
+        "1235", "2346", "1.90x", "123457", "234568", "10.00", "15.00", "1.50x",
+        *(f"{k}={v}" for k, v in {**LONG_CONFIG, **CUDA_CONFIG}.items()),
+    ):  # fmt: skip
+        assert _whole(token, out), (token, out)
+    for shape in ("k=4 B=8 V=151936 bf16", "k=8 B=64 V=128256 fp16 no-dp"):
+        assert shape in out, (shape, out)
+    # The columns only --wide shows.
+    assert "3.2.0" not in out and "2026-01-02" not in out and str(long_rows) not in out
+
+
+def test_show_puts_the_config_below_its_problem(long_rows: Path) -> None:
+    out = run("show", "--db", str(long_rows), "--kernel", "rejection_sample_mrv2_folded",
+              env={"COLUMNS": "80"}).stdout
+    lines = out.splitlines()
+    [first] = [i for i, line in enumerate(lines) if "rejection_sample_mrv2_folded" in line]
+    assert "AMD_Instinct_MI300X" in lines[first] and "1.90x" in lines[first]
+    below = "".join(line.split("  ")[0].strip() for line in lines[first + 1 :])
+    assert "BLOCK_V=8192,SPLITS=4,num_warps=8,num_stages=2,waves_per_eu=2" in below, out
+
+
+def test_show_wide_has_every_column_whole(long_rows: Path) -> None:
+    result = run("show", "--wide", "--db", str(long_rows), env={"COLUMNS": "80"})
+    assert result.exit_code == 0, result.output
+    out = result.stdout
+    for header in ("kernel", "device", "arch", "draft probs", "config", "p50 µs",
+                   "default p50 µs", "speedup", "triton", "tuned (UTC)", "source"):
+        assert header in out, (header, out)
+    # Widened past 80 rather than folded: a row and its config on one line.
+    [row] = [line for line in out.splitlines() if "rejection_sample_mrv2_folded" in line]
+    for cell in ("AMD_Instinct_MI300X", "gfx942", "151936", "bfloat16", "yes", "1234.56",
+                 "2345.67", "1.90x", "3.2.0", "2026-01-02 03:04", str(long_rows),
+                 "BLOCK_V=8192,SPLITS=4,num_warps=8,num_stages=2,waves_per_eu=2"):
+        assert cell in row, (cell, row)
+
+
+def test_show_json_ignores_the_table_options(long_rows: Path) -> None:
+    plain = run("show", "--json", "--db", str(long_rows), env={"COLUMNS": "80"})
+    wide = run("show", "--json", "--wide", "--db", str(long_rows), env={"COLUMNS": "80"})
+    assert plain.exit_code == wide.exit_code == 0
+    assert plain.stdout == wide.stdout
+    with open_store(long_rows, readonly=True) as store:
+        assert plain.stdout == rows_to_json(store.rows())
+
+
+def test_phrases_wrap_between_phrases_only() -> None:
+    from rich.console import Console
+
+    from spectune.cli.db import Phrases
+
+    cell = Phrases([(["rejection_sample", "k=4 B=8 V=128256 bf16"], "", " "),
+                    (["BLOCK_V=1024", "SPLITS=1", "num_warps=4"], "dim", ","),
+                    ([], "", " ")])  # fmt: skip
+
+    def lines(width: int) -> list[str]:
+        console = Console(file=io.StringIO(), width=width)
+        console.print(cell)
+        return [line.rstrip() for line in console.file.getvalue().splitlines()]
+
+    assert lines(80) == ["rejection_sample k=4 B=8 V=128256 bf16",
+                         "BLOCK_V=1024,SPLITS=1,num_warps=4"]  # fmt: skip
+    assert lines(25) == ["rejection_sample", "k=4 B=8 V=128256 bf16",
+                         "BLOCK_V=1024,SPLITS=1,", "num_warps=4"]  # fmt: skip
+    # A phrase wider than the cell wraps at its own spaces.
+    assert lines(16)[:3] == ["rejection_sample", "k=4 B=8 V=128256", "bf16"]
 
 
 def test_show_with_no_databases(tmp_path: Path) -> None:
@@ -156,9 +261,10 @@ def test_upgrade_command(tmp_path: Path) -> None:
     assert_clean_failure(run("show", "--db", str(old)), "older than", "spectune db upgrade")
     result = run("upgrade", "--db", str(old))
     assert result.exit_code == 0
-    assert "schema revision 0001 -> 0002" in result.stderr
+    # To the newest revision this spectune knows, however many follow 0001.
+    assert f"schema revision 0001 -> {HEAD_REVISION}" in result.stderr
     assert "2 tuned rows" in run("show", "--db", str(old)).stdout
-    assert "already at schema revision 0002" in run("upgrade", "--db", str(old)).stderr
+    assert f"already at schema revision {HEAD_REVISION}" in run("upgrade", "--db", str(old)).stderr
 
 
 def _running_row() -> Any:

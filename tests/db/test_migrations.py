@@ -199,3 +199,40 @@ def test_empty_file_becomes_a_database(tmp_path: Path) -> None:
         store.record(make_row())
     with open_store(path, readonly=True) as store:
         assert store.count() == 1
+
+
+def test_checked_in_0002_file_is_read_as_is_and_upgraded_with_its_rows(tmp_path: Path) -> None:
+    # Revision 0003 only added the nightly history: serving reads a 0002 file unchanged.
+    copy = tmp_path / "schema_0002.db"
+    shutil.copyfile(ASSETS / "schema_0002.db", copy)
+    before = copy.read_bytes()
+    with open_store(copy, readonly=True) as store:
+        rows = store.rows()
+    assert copy.read_bytes() == before
+    assert [r.host for r in rows] == ["node-b", "node-a"]
+    assert [h.host for h in rows[1].history] == ["node-c"]
+    index = load_index(device=MI300X, software=SOFTWARE, kernel_hashes={KERNEL: KERNEL_HASH},
+                       sources=[Source(name="old", url=parse_target(str(copy)))])
+    assert index.sources[0].status == "read"
+    assert upgrade_database(copy) == ("0002", HEAD_REVISION)
+    with open_store(copy, readonly=True) as store:
+        assert store.rows() == rows
+    engine = engine_for(str(copy))
+    try:
+        with engine.connect() as connection:
+            tables = set(inspect(connection).get_table_names())
+    finally:
+        engine.dispose()
+    assert {"nightly_runs", "nightly_results", "tuned_configs"} <= tables
+
+
+def test_asset_is_still_revision_0002() -> None:
+    engine = engine_for(str(ASSETS / "schema_0002.db"))
+    try:
+        with engine.connect() as connection:
+            version = connection.execute(text("SELECT version_num FROM alembic_version")).scalar()
+            tables = set(inspect(connection).get_table_names())
+    finally:
+        engine.dispose()
+    assert version == "0002"
+    assert "nightly_runs" not in tables

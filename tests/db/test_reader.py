@@ -318,10 +318,10 @@ BAD = {
     "revision-0001": f"{{db}} has schema revision 0001, older than this spectune's "
     f"{HEAD_REVISION}; run: spectune db upgrade --db {{db}}",
     "newer-revision": "{db} has schema revision '9999', which this spectune does not know "
-    "(newest known: 0002); it was written by a newer spectune: upgrade spectune to use it",
-    "several-revisions": "several schema revisions recorded: [\"'0001'\", \"'0002'\"]",
+    "(newest known: 0003); it was written by a newer spectune: upgrade spectune to use it",
+    "several-revisions": "several schema revisions recorded: [\"'0001'\", \"'0003'\"]",
     "no-revision-row": "{db} is not a spectune database (it has tables [\"'alembic_version'\", "
-    "\"'tuned_configs'\"] but no schema revision)",
+    "\"'nightly_results'\", \"'nightly_runs'\", \"'tuned_configs'\"] but no schema revision)",
     "missing-table": "{db} is missing table 'tuned_configs'",
     "missing-column": "{db}: table 'tuned_configs' lacks column(s) ['study']",
     "no-version-column": "{db}: no such column: version_num",

@@ -5,6 +5,7 @@ kept unchanged: the migration tests must upgrade the real old file, not one rebu
 by today's code. Run from the repository root only to add a new asset:
 
     python tests/db/assets/make_assets.py schema_0001.db
+    python tests/db/assets/make_assets.py schema_0002.db
 """
 
 from __future__ import annotations
@@ -32,13 +33,29 @@ ROWS_0001 = [
 ]  # fmt: skip
 
 
+#: The history (JSON) revision 0002 adds to the first row of ROWS_0001 in its asset.
+HISTORY_0002 = (
+    '[{"config": {"BLOCK_V": 2048, "num_warps": 8, "waves_per_eu": 2}, "tuned_p20_us": 10.4, '
+    '"tuned_p50_us": 10.6, "tuned_p80_us": 10.9, "trials": 30, "tuning_seconds": 20.0, '
+    '"tuned_at": "2025-10-01T09:00:00+00:00", "host": "node-c", "study": "study-0"}]'
+)
+
+
 def make_schema_0001(path: Path) -> None:
+    _make(path, "0001")
+
+
+def make_schema_0002(path: Path) -> None:
+    _make(path, "0002")
+
+
+def _make(path: Path, revision: str) -> None:
     engine = create_engine(f"sqlite:///{path}")
     with engine.begin() as connection:
         config = Config()
         config.set_main_option("script_location", str(migrations_dir()))
         config.attributes["connection"] = connection
-        command.upgrade(config, "0001")
+        command.upgrade(config, revision)
         for row in ROWS_0001:
             connection.execute(
                 text(
@@ -53,6 +70,11 @@ def make_schema_0001(path: Path) -> None:
                 ),
                 dict(zip("abcdefghijklmnopqrstuvwxy", row, strict=True)),
             )
+        if revision == "0002":
+            connection.execute(
+                text("UPDATE tuned_configs SET history = :h WHERE host = 'node-a'"),
+                {"h": HISTORY_0002},
+            )
     with engine.connect() as connection:
         connection.exec_driver_sql("VACUUM")
     engine.dispose()
@@ -62,7 +84,8 @@ if __name__ == "__main__":
     target = Path(__file__).parent / sys.argv[1]
     if target.exists():
         raise SystemExit(f"{target} exists: assets are written once and kept")
-    if target.name != "schema_0001.db":
+    recipes = {"schema_0001.db": make_schema_0001, "schema_0002.db": make_schema_0002}
+    if target.name not in recipes:
         raise SystemExit(f"no recipe for {target.name}")
-    make_schema_0001(target)
+    recipes[target.name](target)
     print(f"wrote {target}")
