@@ -48,7 +48,7 @@ if TYPE_CHECKING:
     from spectune.db import Store, TunedRow
     from spectune.db._night_history import NightlyResult, NightlyRun
 
-__all__ = ["NightReport", "Work", "plan_night", "run_night", "slowdown"]
+__all__ = ["NightInterrupted", "NightReport", "Work", "plan_night", "run_night", "slowdown"]
 
 #: Verdicts of results that leave work for a person (or a later night's re-tune).
 NEEDS_PERSON = ("regressed", "broken", "failed")
@@ -57,6 +57,15 @@ NEEDS_PERSON = ("regressed", "broken", "failed")
 _FIXED = ("inserted", "replaced", "kept", "unchanged", "up to date", "removed",
           "default is best", "not faster")
 _RANKS = {"missing": 0, "stale": 1, "regressed": 2, "broken": 2, "recheck": 3}
+
+
+class NightInterrupted(KeyboardInterrupt):
+    """A night stopped by Ctrl-C or SIGTERM, closed as ``interrupted``; carries what it
+    did (:attr:`report`) for the report."""
+
+    def __init__(self, report: NightReport) -> None:
+        super().__init__("the night was interrupted")
+        self.report = report
 
 
 @dataclass(frozen=True)
@@ -228,8 +237,11 @@ def run_night(
         on_result: Told of each result as it is recorded.
 
     Returns:
-        The :class:`NightReport`; an interrupted night (Ctrl-C, SIGTERM) raises
-        ``KeyboardInterrupt`` after closing its run as ``interrupted``.
+        The :class:`NightReport`.
+
+    Raises:
+        NightInterrupted: Ctrl-C or SIGTERM (a ``KeyboardInterrupt``), after the run was
+            closed as ``interrupted``; it carries the report so far.
     """
     from spectune.db import open_store
     from spectune.db._night_history import finish_night, record_result, start_night
@@ -246,6 +258,7 @@ def run_night(
                                  budget_seconds=budget)
         queue = list(report.planned)
         status = "complete"
+        current: Work | None = None  # started, not recorded
         try:
             position = 0
             while queue:
@@ -256,12 +269,14 @@ def run_night(
                     status = "budget"
                     break
                 position += 1
+                current = work
                 if on_work is not None:
                     on_work(work, position, position + len(queue))
                 result = _do(work, job=job, store=store, database=database, storage=storage,
                              device=device, software=software, left=left, isolate=isolate)
                 record_result(store, report.run.id, result)
                 report.results.append(result)
+                current = None
                 if on_result is not None:
                     on_result(result)
                 if work.action == "recheck" and result.verdict in ("regressed", "broken"):
@@ -270,11 +285,12 @@ def run_night(
                         work, action="retune", why=result.verdict,
                         reason=f"{result.verdict} tonight: {result.message}",
                         study_suffix=f"~retune-{_now():%Y%m%d%H%M%S}"))
-        except KeyboardInterrupt:
+        except KeyboardInterrupt as exc:
             report.status = "interrupted"
             report.seconds = time.monotonic() - started
+            report.deferred = [*([current] if current is not None else []), *queue]
             finish_night(store, report.run.id, status="interrupted", summary=report.counts())
-            raise
+            raise NightInterrupted(report) from exc
         report.status = status
         report.seconds = time.monotonic() - started
         finish_night(store, report.run.id, status=status, summary=report.counts())

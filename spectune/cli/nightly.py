@@ -173,7 +173,7 @@ def _night(job: NightlyJob, *, shard: tuple[int, int], isolate: bool | None,
     import json
     import time
 
-    from spectune.autotune.nightly import NightReport, run_night
+    from spectune.autotune.nightly import NightInterrupted, NightReport, run_night
     from spectune.cli._nightly_report import report_json, shape_label, write_report
     from spectune.db import DatabaseError, open_store
     from spectune.db._night_history import night_results
@@ -209,10 +209,12 @@ def _night(job: NightlyJob, *, shard: tuple[int, int], isolate: bool | None,
                                software=software, driver=driver, budget=max(left, 0.0),
                                shard=shard, isolate=use_isolation, on_work=on_work,
                                on_result=on_result)
-        except KeyboardInterrupt:
+        except KeyboardInterrupt as exc:
             interrupted = True
             console.print("[yellow]interrupted[/]: the night is recorded as interrupted; "
                           "finished trials are kept, the next night resumes")
+            if isinstance(exc, NightInterrupted):
+                reports.append(exc.report)
             break
         except (DatabaseError, OSError) as exc:
             report = NightReport(job=job.name, database=database, device=device,

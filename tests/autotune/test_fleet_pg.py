@@ -51,6 +51,11 @@ from spectune.autotune._storage import (
 from spectune.db._locations import parse_target
 from spectune.db._reader import REVISIONS
 
+# The same places and server as the database tests: no test reads SPECTUNE_DB from the
+# outside or touches the real user database; PostgreSQL tests skip without a server, and
+# fail in CI.
+from tests.db.conftest import _isolated_locations, pg_server_url  # noqa: F401
+
 from .spaces import bowl, grid_space
 
 optuna.logging.set_verbosity(optuna.logging.ERROR)
@@ -59,29 +64,6 @@ STUDY = "fleet"
 
 
 # -- places -----------------------------------------------------------------------------
-
-
-@pytest.fixture(autouse=True)
-def _isolated_locations(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    """No test reads SPECTUNE_DB from the outside or touches the real user database."""
-    monkeypatch.delenv("SPECTUNE_DB", raising=False)
-    monkeypatch.setenv("SPECTUNE_USER_DB", str(tmp_path / "home" / "spectune.db"))
-
-
-def pg_server_url() -> str:
-    """The test server's URL; skips without one, fails in CI (it must not skip there)."""
-    url = os.environ.get("SPECTUNE_TEST_PG_URL")
-    if not url:
-        if os.environ.get("CI"):
-            pytest.fail(
-                "SPECTUNE_TEST_PG_URL is not set but CI is: scripts/test.sh starts the "
-                "server with scripts/postgres.sh; the PostgreSQL tests must not skip in CI"
-            )
-        pytest.skip(
-            "SPECTUNE_TEST_PG_URL not set "
-            "(export SPECTUNE_TEST_PG_URL=$(bash scripts/postgres.sh) to run these)"
-        )
-    return url
 
 
 @contextmanager

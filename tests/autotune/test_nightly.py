@@ -205,9 +205,12 @@ def test_an_interrupted_night_is_recorded_as_such(night: Path) -> None:
         if position == 2:
             raise KeyboardInterrupt
 
-    with pytest.raises(KeyboardInterrupt):
+    with pytest.raises(KeyboardInterrupt) as caught:
         run_night(job, database=str(db), storage=str(night / "studies.journal"),
                   device=device, software=software, driver="none", on_work=stop_second)
+    report = caught.value.report  # type: ignore[attr-defined]
+    assert report.status == "interrupted" and len(report.results) == 1
+    assert [w.item.problem.spec_len for w in report.deferred] == [2]
     with open_store(db) as store:
         (run,) = nights(store, device=device)
         assert run.status == "interrupted" and run.summary["done"] == 1
@@ -287,3 +290,43 @@ def test_slower_than_recorded_means_past_the_measured_noise(
     slower, noise = slowdown(recorded=Timing(9.9, 10.0, 10.1), now=now,
                              recorded_default=Timing(99, 100, 101), now_default=now_default)
     assert (slower > max(MIN_GAIN, noise)) is regressed
+
+
+def test_sigterm_ends_the_night_as_interrupted_with_its_report(tmp_path: Path) -> None:
+    # What systemd and Kubernetes send to stop a job: the real command, a real family.
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    job = tmp_path / "job.toml"
+    job.write_text(
+        f'name = "term"\ndatabases = ["{tmp_path / "configs.db"}"]\nbudget = "10m"\n'
+        "report_dir = 'reports'\n[[shapes]]\nkernels = ['temperature']\nspec_lens = [1]\n"
+        "batch_sizes = [1]\nvocab_sizes = [64, 128, 256]\ntrials = 40\n")
+    env = dict(os.environ, TRITON_INTERPRET="1", SPECTUNE_USER_DB=str(tmp_path / "u.db"))
+    env.pop("SPECTUNE_DB", None)
+    command = str(Path(sys.executable).with_name("spectune"))  # the installed entry point
+    proc = subprocess.Popen([command, "nightly", str(job)],
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    assert proc.stderr is not None
+    deadline = time.monotonic() + 120
+    seen = ""
+    while "[1/3]" not in seen and time.monotonic() < deadline:
+        line = proc.stderr.readline()
+        if not line:
+            break
+        seen += line
+    assert "[1/3]" in seen, seen
+    time.sleep(1.0)
+    proc.send_signal(signal.SIGTERM)
+    _, rest = proc.communicate(timeout=120)
+    assert proc.returncode == 130, seen + rest
+    assert "interrupted" in rest
+    with open_store(tmp_path / "configs.db") as store:
+        (run,) = nights(store, device=detect_device())
+    assert run.status == "interrupted"
+    (page,) = (tmp_path / "reports").glob("*/index.html")
+    assert "interrupted" in page.read_text()
