@@ -59,8 +59,9 @@ def _kernel_names() -> list[str]:
               help="Stop a study after N evaluations without improvement (at most the "
                    "configs a requested space declares).")
 @click.option("--db", help="Configs database (URL or path); default: SPECTUNE_DB or the user DB.")
-@click.option("--storage", help="Optuna storage: journal file path or RDB URL "
-              "(default: a journal file next to the user database).")
+@click.option("--storage", help="Optuna storage: journal file path or RDB URL (default: "
+              "where the configs live: NAME.studies.journal beside a SQLite --db, the schema "
+              "spectune_studies of a PostgreSQL --db).")
 @click.option("--workers", type=click.IntRange(min=1), default=1, show_default=True,
               help="Processes sharing each study (at most four per CPU core).")
 @click.option("--sampler", default="auto", show_default=True,
