@@ -570,11 +570,18 @@ def test_sweep_processes_share_one_study_in_postgres(pg_db: str, tmp_path: Path)
 
 @pytest.mark.postgres
 def test_the_fleet_benchmark_runs(tmp_path: Path) -> None:
+    from spectune.autotune.replay import SyntheticSpec, write_synthetic
+
     server = pg_server_url()
     out = tmp_path / "fleet.json"
+    # A generated space: a clean checkout has no ../shared/tuning-spaces beside it.
+    spec = SyntheticSpec(tiles=2, knobs=1, switches=0, interactions=1, roughness=0.1,
+                         fail_fraction=0.0, max_configs=60)
+    space = write_synthetic(tmp_path / "fleet_T4.json.gz", spec, seed=3)
     done = subprocess.run(
         [sys.executable, "benchmarks/bench_fleet.py", "--pg-url", server, "--workers", "1,2",
-         "--trials", "6", "--scale", "0.005", "--samplers", "random", "--json", str(out)],
+         "--trials", "6", "--scale", "0.005", "--samplers", "random", "--space", str(space),
+         "--json", str(out)],
         cwd=ROOT, capture_output=True, text=True, timeout=300,
         env=dict(os.environ, OPENBLAS_NUM_THREADS="1"),
     )
