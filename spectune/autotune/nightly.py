@@ -31,6 +31,7 @@ broken config is left unfixed, or a shape failed (no valid config, an error).
 from __future__ import annotations
 
 import hashlib
+import logging
 import socket
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -47,6 +48,8 @@ from spectune.promotion import MIN_GAIN, SideBySide, Timing, decide_side_by_side
 if TYPE_CHECKING:
     from spectune.db import Store, TunedRow
     from spectune.db._night_history import NightlyResult, NightlyRun
+
+_log = logging.getLogger(__name__)
 
 __all__ = ["NightInterrupted", "NightReport", "Work", "plan_night", "run_night", "slowdown"]
 
@@ -155,6 +158,8 @@ def plan_night(
 
     history = [] if store is None else _history(store, device)
     driver_since = None if store is None else _driver_since(store, device, driver)
+    settled = set() if store is None else _default_is_best(store, device, history,
+                                                           software=software, driver=driver)
     latest = _latest_by_shape(history)
     rows_of: dict[str, list[TunedRow]] = {}
     work: list[Work] = []
@@ -167,13 +172,15 @@ def plan_night(
         elif item.kernel not in rows_of:
             rows_of[item.kernel] = [
                 r for r in store.rows(kernel=item.kernel, device_name=device.device_name,
-                                      on_bad_row=lambda error: None)
+                                      on_bad_row=_log_bad_row)
                 if r.device == device
             ]
         rows = [r for r in rows_of[item.kernel] if r.problem == item.problem]
         current = next((r for r in rows if r.software.triton == software.triton
                         and r.kernel_hash == family.source_hash), None)
         if current is None:
+            if (item.kernel, family.source_hash, item.problem) in settled:
+                continue  # the default won on this very system: nothing to tune until it changes
             if rows:
                 newest = max(rows, key=lambda r: r.tuned_at)
                 changes = _changes(newest, software=software, kernel_hash=family.source_hash)
@@ -494,6 +501,31 @@ def _open_regression(history: Sequence[NightlyResult], item: SweepItem) -> Night
         elif r.verdict in _FIXED or (r.action == "recheck" and r.verdict == "ok"):
             found = None
     return found
+
+
+def _default_is_best(
+    store: Store, device: DeviceIdentity, history: Sequence[NightlyResult], *,
+    software: SoftwareIdentity, driver: str,
+) -> set[tuple[str, str, Any]]:
+    """The (kernel, kernel hash, problem) whose latest tune found nothing faster than the
+    default, on a night with this very software and driver: tuning them again would
+    find the same (a change of any of them makes them due again)."""
+    from spectune.db._night_history import nights
+
+    same = {n.id for n in nights(store, device=device)
+            if (n.software.triton, n.software.torch, n.software.runtime, n.driver)
+            == (software.triton, software.torch, software.runtime, driver)}
+    latest: dict[tuple[str, str, Any], NightlyResult] = {}
+    for r in history:
+        if r.action != "recheck":
+            latest[(r.kernel, r.kernel_hash, r.problem)] = r
+    return {key for key, r in latest.items() if r.run_id in same
+            and r.verdict in ("default is best", "not faster", "removed")}
+
+
+def _log_bad_row(error: Exception) -> None:
+    # Planning goes on without a row edited by hand into nonsense; it is named.
+    _log.warning("spectune nightly: skipped %s", error)
 
 
 def _driver_since(store: Store, device: DeviceIdentity, driver: str

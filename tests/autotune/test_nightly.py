@@ -330,3 +330,27 @@ def test_sigterm_ends_the_night_as_interrupted_with_its_report(tmp_path: Path) -
     assert run.status == "interrupted"
     (page,) = (tmp_path / "reports").glob("*/index.html")
     assert "interrupted" in page.read_text()
+
+
+def test_a_shape_the_default_won_is_not_tuned_again_on_the_same_system(night: Path) -> None:
+    from spectune.db._night_history import NightlyResult, record_result
+
+    db = night / "configs.db"
+    device, software = detect_device(), detect_software()
+    toy = ToySumFamily()
+    job = load_job(_job(night, ks="[1, 2]"))
+    with open_store(db) as store:
+        run = start_night(store, job="toy night", host="h", device=device, software=software,
+                          driver="none", budget_seconds=60)
+        record_result(store, run.id, NightlyResult(
+            kernel=toy.name, kernel_hash=toy.source_hash,
+            problem=Problem(spec_len=1, batch=1, vocab=VOCAB, dtype="float32",
+                            draft_probs=True),
+            action="tune", reason="missing", verdict="default is best"))
+        finish_night(store, run.id, status="complete", summary={})
+        plan = plan_night(job, store=store, device=device, software=software, driver="none")
+        assert [w.item.problem.spec_len for w in plan] == [2]
+        # Another driver (or Triton, torch, runtime, kernel source): due again.
+        plan = plan_night(job, store=store, device=device, software=software,
+                          driver="amdgpu 6.8.5")
+        assert [w.item.problem.spec_len for w in plan] == [1, 2]
