@@ -150,7 +150,7 @@ def long_toy(monkeypatch: pytest.MonkeyPatch) -> _LongNamedToy:
 def _sweep(places: dict[str, str], kernel: str, *extra: str, columns: int = 80) -> Result:
     return CliRunner().invoke(main, [
         "sweep", "--kernel", kernel, "--spec-lens", "1-2", "--batch-sizes", "2",
-        "--vocab-sizes", "3000", "--trials", "3", "--db", places["db"],
+        "--vocab-sizes", "300", "--trials", "3", "--db", places["db"],
         "--storage", places["storage"], *extra,
     ], env={"COLUMNS": str(columns)})
 
@@ -164,7 +164,7 @@ def test_cli_sweep_table_fits_80_columns(
     assert "sweep results" in out and "problem / best config" in out
     assert all(len(line) <= 80 for line in out.splitlines()), out
     assert out.count(long_toy.name) == 2, out  # one line per problem, the name whole
-    for shape in ("k=1 B=2 V=3000 fp32", "k=2 B=2 V=3000 fp32"):
+    for shape in ("k=1 B=2 V=300 fp32", "k=2 B=2 V=300 fp32"):
         assert shape in out, out
     # The progress bars and notes are on stderr, not in the table.
     assert "device" in result.stderr and "studies" not in out
@@ -176,14 +176,14 @@ def test_cli_sweep_wide_and_json(long_toy: _LongNamedToy, places: dict[str, str]
     assert "fail/invalid" in wide.stdout and "trials" in wide.stdout
     rows = [line for line in wide.stdout.splitlines() if long_toy.name in line]
     assert len(rows) == 2, wide.stdout
-    assert all("3000" in row and "float32" in row and "fp32" not in row for row in rows)
+    assert all("300" in row and "float32" in row and "fp32" not in row for row in rows)
 
     done = _sweep(places, long_toy.name, "--json")
     assert done.exit_code == 0, done.output
     doc = json.loads(done.stdout)  # stdout is the JSON document and nothing else
     assert [list(entry) for entry in doc] == [JSON_KEYS] * 2
     assert [(e["kernel"], e["spec_len"], e["batch"], e["vocab"]) for e in doc] == [
-        (long_toy.name, 1, 2, 3000), (long_toy.name, 2, 2, 3000)]
+        (long_toy.name, 1, 2, 300), (long_toy.name, 2, 2, 300)]
     assert all(e["storage"] == places["storage"] and e["trials"] >= 3 for e in doc)
     assert all(e["best_config"]["BUG"] == 0 and e["default_config"] == {"BLOCK": 16, "BUG": 0}
                for e in doc)
