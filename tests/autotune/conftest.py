@@ -9,6 +9,9 @@ import pytest
 from spectune.kernels import FAMILIES
 from tests.autotune.toy_family import ToySumFamily
 
+# A fresh database on the PostgreSQL test server, as the database tests get one.
+from tests.db.conftest import pg_url  # noqa: F401
+
 
 @pytest.fixture
 def toy_registered(monkeypatch: pytest.MonkeyPatch) -> ToySumFamily:

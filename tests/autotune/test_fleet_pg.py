@@ -18,9 +18,7 @@ import subprocess
 import sys
 import tempfile
 import time
-import uuid
 from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +30,6 @@ from optuna.exceptions import StorageInternalError
 from optuna.storages import InMemoryStorage
 from optuna.trial import TrialState
 from sqlalchemy import create_engine
-from sqlalchemy.engine import make_url
 from sqlalchemy.exc import IntegrityError, OperationalError
 
 from spectune.autotune import Outcome, Search
@@ -64,29 +61,6 @@ STUDY = "fleet"
 
 
 # -- places -----------------------------------------------------------------------------
-
-
-@contextmanager
-def fresh_database(server_url: str) -> Iterator[str]:
-    """A new, empty database on the server of ``server_url``, dropped afterwards."""
-    base = make_url(server_url)
-    name = f"spectune_f_{uuid.uuid4().hex[:12]}"
-    admin = create_engine(base, isolation_level="AUTOCOMMIT")
-    try:
-        with admin.connect() as connection:
-            connection.exec_driver_sql(f'CREATE DATABASE "{name}"')
-        yield base.set(database=name).render_as_string(hide_password=False)
-        with admin.connect() as connection:
-            connection.exec_driver_sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-    finally:
-        admin.dispose()
-
-
-@pytest.fixture
-def pg_db() -> Iterator[str]:
-    """A fresh database on the shared test server."""
-    with fresh_database(pg_server_url()) as url:
-        yield url
 
 
 def _tables(url: str, schema: str) -> set[str]:
@@ -163,27 +137,27 @@ def test_a_sqlite_configs_file_and_its_journal_coexist(tmp_path: Path) -> None:
 
 
 @pytest.mark.postgres
-def test_configs_and_studies_share_one_postgres_database(pg_db: str) -> None:
+def test_configs_and_studies_share_one_postgres_database(pg_url: str) -> None:
     from spectune.cli import main
     from spectune.db import open_store
 
-    storage = studies_beside(pg_db)
+    storage = studies_beside(pg_url)
     attrs = {"kernel": "temperature", "k": 1, "batch": 1, "vocab": 64, "device": "cpu"}
     # Studies first, on an empty database: the configs schema is created beside them ...
     engine = Search(space=grid_space(), storage=storage, study_name=STUDY, user_attrs=attrs)
     engine.run(lambda c: Outcome.ok(bowl(c)), max_evals=5)
-    with open_store(pg_db) as store:
+    with open_store(pg_url) as store:
         assert store.count() == 0
     # ... and studies opened again on a database that holds the configs.
     other = Search(space=grid_space(), storage=storage, study_name="second",
                    user_attrs={"kernel": "min_p"})
     other.run(lambda c: Outcome.ok(bowl(c)), max_evals=3)
 
-    public, studies = _tables(pg_db, "public"), _tables(pg_db, STUDIES_SCHEMA)
+    public, studies = _tables(pg_url, "public"), _tables(pg_url, STUDIES_SCHEMA)
     assert {"alembic_version", "tuned_configs"} <= public
     assert not public & {"studies", "trials", "version_info"}
     assert {"alembic_version", "studies", "trials", "version_info"} <= studies
-    engine_ = create_engine(pg_db)
+    engine_ = create_engine(pg_url)
     with engine_.connect() as connection:
         ours = connection.exec_driver_sql("SELECT version_num FROM alembic_version").scalar()
         theirs = connection.exec_driver_sql(
@@ -191,9 +165,9 @@ def test_configs_and_studies_share_one_postgres_database(pg_db: str) -> None:
     engine_.dispose()
     assert ours in REVISIONS and theirs not in REVISIONS
     # Our reader and CLI see a valid configs database ...
-    with open_store(pg_db, readonly=True) as store:
+    with open_store(pg_url, readonly=True) as store:
         assert store.count() == 0
-    result = CliRunner().invoke(main, ["db", "validate", "--db", pg_db])
+    result = CliRunner().invoke(main, ["db", "validate", "--db", pg_url])
     assert result.exit_code == 0, result.output
     # ... and Optuna (or optuna-dashboard) opens the studies from the plain URL.
     names = sorted(optuna.study.get_all_study_names(storage))
@@ -207,8 +181,8 @@ def test_configs_and_studies_share_one_postgres_database(pg_db: str) -> None:
     # The configs URL itself as a study storage is refused: Optuna's tables (and its
     # alembic_version) would land beside ours.
     with pytest.raises(ValueError, match="holds spectune's tuned configs"):
-        open_storage(pg_db)
-    assert not _tables(pg_db, "public") & {"studies", "trials", "version_info"}
+        open_storage(pg_url)
+    assert not _tables(pg_url, "public") & {"studies", "trials", "version_info"}
 
 
 # -- the retrying storage, without a server ---------------------------------------------
@@ -378,9 +352,9 @@ def _check_study(storage: str, logs: list[Path], *, max_evals: int) -> tuple[Sea
 @pytest.mark.postgres
 @pytest.mark.parametrize("detection", ["dead-pid", "stale-heartbeat"])
 def test_a_sigkilled_worker_is_recovered_by_the_others(
-    pg_db: str, tmp_path: Path, detection: str
+    pg_url: str, tmp_path: Path, detection: str
 ) -> None:
-    storage = studies_beside(pg_db)
+    storage = studies_beside(pg_url)
     Search(space=grid_space(), storage=storage, study_name=STUDY)  # created once
     max_evals = 24
     # Same host: the dead pid is seen at once, so a long stale_after proves it. Another
@@ -531,16 +505,16 @@ def test_the_fleet_survives_a_server_restart(private_pg: _PrivateServer, tmp_pat
 
 
 @pytest.mark.postgres
-def test_sweep_processes_share_one_study_in_postgres(pg_db: str, tmp_path: Path) -> None:
+def test_sweep_processes_share_one_study_in_postgres(pg_url: str, tmp_path: Path) -> None:
     from spectune.db import open_store
 
-    storage = studies_beside(pg_db)
+    storage = studies_beside(pg_url)
     env = dict(os.environ, TRITON_INTERPRET="1", SPECTUNE_USER_DB=str(tmp_path / "user.db"),
                OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1")
     env.pop("SPECTUNE_DB", None)
     command = [sys.executable, "-c", "from spectune.cli import main; main()", "sweep",
                "--kernel", "temperature", "--spec-lens", "1", "--batch-sizes", "1",
-               "--vocab-sizes", "32768", "--trials", "8", "--db", pg_db,
+               "--vocab-sizes", "32768", "--trials", "8", "--db", pg_url,
                "--storage", storage, "--json"]
     procs = [subprocess.Popen([*command, "--seed", str(i)], cwd=ROOT, env=env,
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -559,7 +533,7 @@ def test_sweep_processes_share_one_study_in_postgres(pg_db: str, tmp_path: Path)
                and t.user_attrs.get(STATUS_KEY) in ("ok", "fail", "invalid")]
     assert len(charged) == 8
     assert len({_key(config_of(t)) for t in charged}) == 8
-    with open_store(pg_db, readonly=True) as store:
+    with open_store(pg_url, readonly=True) as store:
         rows = [r for r in store.rows() if r.kernel == "temperature"]
     promoted = [r["promoted"] for result in results for r in result]
     # One row for the problem, however many processes promoted it (unless the study's
