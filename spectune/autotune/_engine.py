@@ -22,6 +22,7 @@ Guarantees:
 
 from __future__ import annotations
 
+import datetime
 import logging
 import math
 import time
@@ -47,9 +48,10 @@ from spectune.autotune._recording import (
     config_of,
     to_record,
 )
-from spectune.autotune._sampler import EXHAUSTED_KEY, SpaceSampler
+from spectune.autotune._sampler import EXHAUSTED_KEY, SpaceSampler, history_of
 from spectune.autotune._space_index import SpaceIndex
 from spectune.autotune._storage import (
+    HEARTBEAT_KEY,
     OWNER_KEY,
     Heartbeat,
     StorageUnavailableError,
@@ -84,6 +86,24 @@ _SPACE_KEY = "spectune.space"
 _MAX_IDLE_PROPOSALS = 50
 # First wait (seconds) for other workers' running trials; it doubles while they run.
 _FIRST_POLL_S = 0.1
+
+
+@dataclass(frozen=True)
+class _Started:
+    """A trial just started by this worker.
+
+    Attributes:
+        trial_id: Its storage id.
+        config: Its configuration.
+        exhausted: Whether it was proposed with nothing left; ``None`` when it came
+            through Optuna's ``ask`` (then only the storage knows).
+        owned: Whether it was created with its owner and first heartbeat.
+    """
+
+    trial_id: int
+    config: dict[str, int]
+    exhausted: bool | None
+    owned: bool
 
 
 @dataclass(frozen=True)
@@ -286,10 +306,9 @@ class Search:
         charged_cost = 0.0  # costs charged beyond (or instead of) measured wall time
         new = 0
         idle = 0
-        self._recover_abandoned()
-        history = self.history()
+        trials: list[FrozenTrial] | None = self._recover_abandoned()
         for obs in observers:
-            obs.on_start(self, evaluations=len(history), max_evals=max_evals)
+            obs.on_start(self, evaluations=len(_history(trials)), max_evals=max_evals)
 
         def spent() -> float:
             return time.monotonic() - started + charged_cost
@@ -297,7 +316,8 @@ class Search:
         reason = "exhausted"
         poll = _FIRST_POLL_S
         while True:
-            trials = self._recover_abandoned()
+            # The study as read now serves the stop checks and the next proposal.
+            trials = self._recover_abandoned() if trials is None else trials
             history = _history(trials)
             running = sum(1 for t in trials if t.state == TrialState.RUNNING)
             stop = self._stop_reason(history, running, max_evals, patience, time_budget, spent())
@@ -309,16 +329,18 @@ class Search:
                     # Soon at first (they are usually about to finish), then seldom.
                     time.sleep(poll)
                     poll = min(2 * poll, self._max_poll)
+                    trials = None
                     continue
             poll = _FIRST_POLL_S
             if stop is not None:
                 reason = stop
                 break
 
-            trial = self.study.ask(self.index.distributions)
-            tid = trial._trial_id
+            started_trial = self._start_trial(trials)
+            trials = None
+            tid = started_trial.trial_id
             try:
-                step = self._step(objective, trial, max_evals)
+                step = self._step(objective, started_trial, max_evals)
             except StorageUnavailableError:  # nothing can be written; recovered as abandoned
                 raise
             except BaseException:  # interrupted: not evaluated; retried first on resume
@@ -336,21 +358,21 @@ class Search:
                     break
                 continue
             idle = 0
-            outcome, wall = step
+            outcome, wall, number = step
             cost = wall if outcome.cost is None else outcome.cost
             charged_cost += cost - wall
-            if not self._record(tid, trial.number, outcome, cost):
+            if not self._record(tid, outcome, cost):
                 # Another worker took this trial for abandoned (no heartbeat for
                 # stale_after) and has queued its config again: the retry is charged.
                 _log.warning(
                     "trial %d was recovered as abandoned while it ran; its result is "
-                    "dropped and its configuration retried", trial.number
+                    "dropped and its configuration retried", number
                 )
                 continue
             new += 1
             if observers:
                 history = self.history()
-                record = next(r for r in reversed(history) if r.number == trial.number)
+                record = next(r for r in reversed(history) if r.number == number)
                 best = _best(history)
                 progress = SearchProgress(
                     record=record,
@@ -400,49 +422,98 @@ class Search:
             return "exhausted"
         return None
 
-    def _admit(self, number: int, config: dict[str, int], max_evals: int | None) -> str | None:
-        """``None`` to evaluate trial ``number``, else why it is skipped."""
+    def _start_trial(self, trials: Sequence[FrozenTrial]) -> _Started:
+        """Create the next trial, RUNNING, with its configuration.
+
+        The configuration is proposed from ``trials`` (the study as just read) and the
+        trial created with its parameters, owner and first heartbeat in one storage call:
+        Optuna's ``ask`` would read the study again and write each parameter on its own,
+        a dozen round trips to a database server per trial. A configuration enqueued in
+        the study (a warm start, a retry) still goes through ``ask``, which hands each out
+        to one worker only.
+        """
+        if any(t.state == TrialState.WAITING for t in trials):
+            trial = self.study.ask(self.index.distributions)
+            config = {n: int(trial.params[n]) for n in self.index.names}
+            return _Started(trial._trial_id, config, exhausted=None, owned=False)
+        template = FrozenTrial(
+            number=-1,
+            state=TrialState.RUNNING,
+            value=None,
+            datetime_start=datetime.datetime.now(),
+            datetime_complete=None,
+            params={},
+            distributions={},
+            user_attrs={},
+            system_attrs={},
+            intermediate_values={},
+            trial_id=-1,
+        )
+        self.sampler.before_trial(self.study, template)
+        config, exhausted = self.sampler.pick(
+            self.study, template, history_of(trials, self.index)
+        )
+        template.params = dict(config)
+        template.distributions = dict(self.index.distributions)
+        if self._shared:
+            template.system_attrs = {OWNER_KEY: worker_identity(), HEARTBEAT_KEY: time.time()}
+        if exhausted:
+            template.system_attrs[EXHAUSTED_KEY] = True
+        tid = self.storage.create_new_trial(self.study._study_id, template)
+        return _Started(tid, config, exhausted=exhausted, owned=True)
+
+    def _admit(
+        self, tid: int, config: dict[str, int], max_evals: int | None
+    ) -> tuple[str | None, int]:
+        """``None`` to evaluate trial ``tid``, else why it is skipped; and its number."""
+        trials = self.study.get_trials(deepcopy=False)
+        number = next(t.number for t in trials if t._trial_id == tid)
         if self.index.row(config) is None:  # enqueued by someone else, outside the space
-            return "outside"
+            return "outside", number
         slots = 0
-        for t in self.study.get_trials(deepcopy=False):
+        for t in trials:
             if t.number == number:
                 continue
             counts = t.state == TrialState.RUNNING or charged_status(t) is not None
             if counts and t.number < number:
                 slots += 1
             if counts and t.params and config_of(t) == config:
-                return "duplicate"
+                return "duplicate", number
         if max_evals is not None and slots >= max_evals:
-            return "surplus"
-        return None
+            return "surplus", number
+        return None, number
 
     def _step(
-        self, objective: Objective, trial: optuna.Trial, max_evals: int | None
-    ) -> tuple[Outcome, float] | str:
-        """Evaluate a fresh trial: its outcome and wall time, or why it was skipped."""
-        tid = trial._trial_id
-        if self._shared:
+        self, objective: Objective, started: _Started, max_evals: int | None
+    ) -> tuple[Outcome, float, int] | str:
+        """Evaluate a fresh trial: its outcome, wall time and number, or why it was
+        skipped."""
+        tid, config = started.trial_id, started.config
+        if self._shared and not started.owned:
             try:
                 self.storage.set_trial_system_attr(tid, OWNER_KEY, worker_identity())
             except UpdateFinishedTrialError:  # recovered meanwhile (a storage outage)
                 return "recovered"
-        config = {n: int(trial.params[n]) for n in self.index.names}
-        verdict = self._admit(trial.number, config, max_evals)
-        # The sampler flags a proposal made with nothing left, which is always one of
-        # the study's configs: looked up only then (a read per trial saved).
-        if verdict == "duplicate" and self.storage.get_trial(tid).system_attrs.get(
-            EXHAUSTED_KEY
-        ):
-            self._skip(tid, "exhausted")
-            return "exhausted"
+        verdict, number = self._admit(tid, config, max_evals)
+        if verdict == "duplicate":
+            # The sampler flags a proposal made with nothing left, which is always one of
+            # the study's configs: looked up only then (a read per trial saved).
+            exhausted = started.exhausted
+            if exhausted is None:
+                exhausted = bool(self.storage.get_trial(tid).system_attrs.get(EXHAUSTED_KEY))
+            if exhausted:
+                self._skip(tid, "exhausted")
+                return "exhausted"
         if verdict is not None:
             self._skip(tid, verdict)
             return "max_evals" if verdict == "surplus" else verdict
         start = time.monotonic()
         try:
             if self._shared:
-                with Heartbeat(self.storage, tid, interval=self.heartbeat_interval):
+                with Heartbeat(
+                    self.storage, tid, interval=self.heartbeat_interval,
+                    beat_now=not started.owned,
+                ):
                     outcome = objective(dict(config))
             else:
                 outcome = objective(dict(config))
@@ -451,7 +522,7 @@ class Search:
         wall = time.monotonic() - start
         if not isinstance(outcome, Outcome):
             raise TypeError(f"objective must return an Outcome, got {type(outcome).__name__}")
-        return outcome, wall
+        return outcome, wall, number
 
     def _interrupted(self, tid: int) -> None:
         """Mark a trial cut short in this process; its config is evaluated next time."""
@@ -463,7 +534,7 @@ class Search:
         if len(config) == len(self.index.names) and self.index.row(config) is not None:
             self.study.enqueue_trial(config, user_attrs={RETRY_KEY: frozen.number})
 
-    def _record(self, tid: int, number: int, outcome: Outcome, cost: float) -> bool:
+    def _record(self, tid: int, outcome: Outcome, cost: float) -> bool:
         """Record an evaluation; ``False`` when its trial was finished by someone else."""
         attrs: dict[str, Any] = dict(outcome.attrs)
         attrs[STATUS_KEY] = outcome.status.value
@@ -472,15 +543,22 @@ class Search:
             attrs[FAILURE_KEY] = outcome.failure
         if outcome.message:
             attrs[MESSAGE_KEY] = outcome.message
+        if outcome.status is Status.OK:
+            state, values = TrialState.COMPLETE, [float(outcome.time)]  # type: ignore[arg-type]
+        else:
+            state, values = TrialState.FAIL, None
+        # Written straight to the storage rather than through ``study.tell``, which reads
+        # the trial twice more: a finished trial (recovered by another worker meanwhile)
+        # refuses every write.
         try:
             for key, value in attrs.items():
                 self.storage.set_trial_user_attr(tid, key, value)
-            if outcome.status is Status.OK:
-                frozen = self.study.tell(number, float(outcome.time), skip_if_finished=True)  # type: ignore[arg-type]
-            else:
-                frozen = self.study.tell(number, state=TrialState.FAIL, skip_if_finished=True)
+            self.storage.set_trial_state_values(tid, state, values)
         except UpdateFinishedTrialError:
             return False
+        frozen = self.storage.get_trial(tid)
+        self.sampler.after_trial(self.study, frozen, state, values)
+        # Another worker may have marked it abandoned between our writes.
         return charged_status(frozen) == outcome.status.value
 
     def _skip(self, tid: int, status: str) -> None:
@@ -488,10 +566,9 @@ class Search:
         ``trials_dataframe()`` count FAIL trials as failed evaluations."""
         try:
             self.storage.set_trial_user_attr(tid, STATUS_KEY, status)
+            self.storage.set_trial_state_values(tid, TrialState.PRUNED)
         except UpdateFinishedTrialError:
             return
-        number = self.storage.get_trial_number_from_id(tid)
-        self.study.tell(number, state=TrialState.PRUNED, skip_if_finished=True)
 
     def _recover_abandoned(self) -> list[FrozenTrial]:
         """Recover the trials of dead workers; the study's trials after that."""

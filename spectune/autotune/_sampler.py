@@ -24,7 +24,7 @@ from spectune.autotune._recording import charged_status, config_of
 from spectune.autotune._space_index import SpaceIndex
 from spectune.autotune._strategy import History, ProposalContext, Strategy
 
-__all__ = ["EXHAUSTED_KEY", "SpaceSampler", "read_history"]
+__all__ = ["EXHAUSTED_KEY", "SpaceSampler", "history_of", "read_history"]
 
 EXHAUSTED_KEY = "spectune.exhausted"
 
@@ -58,21 +58,28 @@ class SpaceSampler(optuna.samplers.BaseSampler):
         if not search_space:
             return {}
         history = read_history(study, self.index, exclude=trial.number)
+        config, exhausted = self.pick(study, trial, history)
+        if exhausted:
+            study._storage.set_trial_system_attr(trial._trial_id, EXHAUSTED_KEY, True)
+        return {n: config[n] for n in search_space}
+
+    def pick(
+        self, study: optuna.Study, trial: FrozenTrial, history: History
+    ) -> tuple[dict[str, int], bool]:
+        """The strategy's next config given ``history``, and whether nothing was left
+        (then the config is one already seen: the study's best, or its first)."""
         available = np.ones(len(self.index), dtype=bool)
         available[history.rows] = False
         available[history.pending] = False
         if not available.any():
-            study._storage.set_trial_system_attr(trial._trial_id, EXHAUSTED_KEY, True)
             row = history.best_row()
             row = int(history.rows[0]) if row is None and len(history.rows) else row
-            row = 0 if row is None else row
-        else:
-            ctx = ProposalContext(self.index, history, available, self.rng, study, trial)
-            row = self.strategy.propose(ctx)
-            if row is None or not available[row]:
-                row = int(self.rng.choice(np.flatnonzero(available)))
-        config = self.index.config(row)
-        return {n: config[n] for n in search_space}
+            return self.index.config(0 if row is None else row), True
+        ctx = ProposalContext(self.index, history, available, self.rng, study, trial)
+        row = self.strategy.propose(ctx)
+        if row is None or not available[row]:
+            row = int(self.rng.choice(np.flatnonzero(available)))
+        return self.index.config(row), False
 
     def sample_independent(
         self,
@@ -106,10 +113,15 @@ class SpaceSampler(optuna.samplers.BaseSampler):
 
 def read_history(study: optuna.Study, index: SpaceIndex, *, exclude: int = -1) -> History:
     """Charged evaluations and pending rows of ``study`` (trial ``exclude`` left out)."""
+    return history_of(study.get_trials(deepcopy=False), index, exclude=exclude)
+
+
+def history_of(trials: Sequence[FrozenTrial], index: SpaceIndex, *, exclude: int = -1) -> History:
+    """Charged evaluations and pending rows among ``trials`` (trial ``exclude`` left out)."""
     rows: list[int] = []
     times: list[float] = []
     pending: list[int] = []
-    for t in study.get_trials(deepcopy=False):
+    for t in trials:
         if t.number == exclude:
             continue
         if t.state == TrialState.RUNNING:

@@ -621,16 +621,20 @@ def is_abandoned(
 class Heartbeat:
     """Refreshes the heartbeat of one running trial from a daemon thread."""
 
-    def __init__(self, storage: BaseStorage, trial_id: int, *, interval: float) -> None:
+    def __init__(
+        self, storage: BaseStorage, trial_id: int, *, interval: float, beat_now: bool = True
+    ) -> None:
         # A beat that fails is not retried: the next one comes after ``interval``.
         self._storage = unretried(storage)
         self._trial_id = trial_id
         self._interval = interval
+        self._beat_now = beat_now  # False: the trial was created with its first beat
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True, name="spectune-beat")
 
     def __enter__(self) -> Heartbeat:
-        self._beat()
+        if self._beat_now:
+            self._beat()
         self._thread.start()
         return self
 

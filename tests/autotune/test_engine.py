@@ -292,3 +292,39 @@ def test_skipped_proposals_are_pruned_not_failed() -> None:
     states = [t.state for t in trials]
     assert states.count(TrialState.FAIL) == 0
     assert states.count(TrialState.COMPLETE) == 3
+
+
+class _CountingJournal(optuna.storages.JournalStorage):
+    """A real journal file storage that counts the calls the engine makes on it."""
+
+    def __init__(self, path: str) -> None:
+        super().__init__(optuna.storages.journal.JournalFileBackend(path))
+        self.calls: dict[str, int] = {}
+
+    def __getattribute__(self, name: str):  # type: ignore[no-untyped-def]
+        if not name.startswith("_") and name != "calls":
+            calls = object.__getattribute__(self, "calls")
+            calls[name] = calls.get(name, 0) + 1
+        return object.__getattribute__(self, name)
+
+
+def test_a_trial_costs_few_storage_calls_on_a_shared_storage(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    # Each call is a round trip to the server on PostgreSQL, and the calls per trial are
+    # what keep a fleet of workers from scaling: a proposal is made from the study as
+    # read once, and the trial created with its parameters, owner and first heartbeat.
+    storage = _CountingJournal(str(tmp_path / "studies.journal"))
+    engine = Search(space=grid_space(), storage=storage, study_name="calls", seed=0)
+    storage.calls.clear()
+    engine.run(bowl_objective, max_evals=20)
+    trials = engine.study.get_trials(deepcopy=False)
+    assert len(trials) == 20 and all(t.state == TrialState.COMPLETE for t in trials)
+    owners = [t.system_attrs.get("spectune.owner") for t in trials]
+    assert all(isinstance(o, dict) and o.get("pid") for o in owners)
+    assert all(isinstance(t.system_attrs.get("spectune.heartbeat"), float) for t in trials)
+    calls = storage.calls
+    assert calls.get("set_trial_param", 0) == 0, calls
+    assert calls.get("create_new_trial") == 20, calls
+    # The study read before each proposal and once more to admit it (plus the last look).
+    assert calls.get("get_all_trials", 0) <= 2 * 20 + 3, calls
+    per_trial = (sum(calls.values()) - calls.get("get_all_trials", 0)) / 20
+    assert per_trial <= 6, calls
