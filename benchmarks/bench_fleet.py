@@ -18,9 +18,10 @@ scaling, ``trials/s(N) / (N * trials/s(1))``: 1.0 is perfect. Since a strategy d
 configs of different recorded costs at different N, ``busy`` (the share of the workers'
 time spent in evaluations) and its ratio to N=1's say the same without that noise.
 
-What keeps it below linear is the engine's own time per trial: about 25 storage calls
-(proposal, parameters, owner, result), some 0.1 s of CPU per trial in the worker plus
-the server's. N workers need about ``N * cpu / (evaluation + overhead)`` cores for that;
+What keeps it below linear is the engine's own time per trial: about 8 storage calls
+(the study read twice, the trial created with its parameters and owner in one call, the
+result), some 0.1 s of CPU per trial in the worker plus the server's, and the strategy's
+proposal (``auto``'s Gaussian process: 0.17 s of CPU). N workers need about ``N * cpu / (evaluation + overhead)`` cores for that;
 when the machine has fewer free (``worker cores`` shows the workers' share), every call
 waits for a core and scaling flattens, for ``random`` as for ``auto``: that is the
 machine's limit, not the study's. ``skipped proposals`` counts proposals that collided
