@@ -21,12 +21,12 @@ time spent in evaluations) and its ratio to N=1's say the same without that nois
 What keeps it below linear is the engine's own time per trial: about 8 storage calls
 (the study read twice, the trial created with its parameters and owner in one call, the
 result), some 0.1 s of CPU per trial in the worker plus the server's, and the strategy's
-proposal (``auto``'s Gaussian process: 0.17 s of CPU). N workers need about ``N * cpu / (evaluation + overhead)`` cores for that;
-when the machine has fewer free (``worker cores`` shows the workers' share), every call
-waits for a core and scaling flattens, for ``random`` as for ``auto``: that is the
-machine's limit, not the study's. ``skipped proposals`` counts proposals that collided
-with another worker's (not charged). ``BENCH_FLEET_PROFILE=DIR`` writes a cProfile per
-worker. Prints a Markdown table; ``--json`` writes the figures.
+proposal (``auto``'s Gaussian process: 0.17 s of CPU). N workers need about
+``N * cpu / (evaluation + overhead)`` cores for that; when the machine has fewer free
+(``worker cores`` shows the workers' share), every call waits for a core and scaling
+flattens: that is the machine's limit, not the study's. ``skipped proposals`` counts
+proposals that collided with another worker's (not charged). ``BENCH_FLEET_PROFILE=DIR``
+writes a cProfile per worker. Prints a Markdown table; ``--json`` writes the figures.
 """
 
 from __future__ import annotations

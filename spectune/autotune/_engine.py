@@ -22,7 +22,6 @@ Guarantees:
 
 from __future__ import annotations
 
-import datetime
 import logging
 import math
 import time
@@ -57,6 +56,7 @@ from spectune.autotune._storage import (
     StorageUnavailableError,
     is_abandoned,
     open_storage,
+    running_trial,
     worker_identity,
 )
 from spectune.autotune._strategies import OptunaStrategy, make_strategy
@@ -436,19 +436,7 @@ class Search:
             trial = self.study.ask(self.index.distributions)
             config = {n: int(trial.params[n]) for n in self.index.names}
             return _Started(trial._trial_id, config, exhausted=None, owned=False)
-        template = FrozenTrial(
-            number=-1,
-            state=TrialState.RUNNING,
-            value=None,
-            datetime_start=datetime.datetime.now(),
-            datetime_complete=None,
-            params={},
-            distributions={},
-            user_attrs={},
-            system_attrs={},
-            intermediate_values={},
-            trial_id=-1,
-        )
+        template = running_trial()
         self.sampler.before_trial(self.study, template)
         config, exhausted = self.sampler.pick(
             self.study, template, history_of(trials, self.index)

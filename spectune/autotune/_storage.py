@@ -70,6 +70,7 @@ __all__ = [
     "is_abandoned",
     "is_transient",
     "open_storage",
+    "running_trial",
     "studies_beside",
     "unretried",
     "worker_identity",
@@ -562,22 +563,32 @@ class RetryingStorage(BaseStorage):
 def _tagged(template: FrozenTrial | None, token: str) -> FrozenTrial:
     """``template`` (or a fresh running trial, as storages create one) with ``token``."""
     if template is None:
-        return FrozenTrial(
-            number=-1,
-            state=TrialState.RUNNING,
-            value=None,
-            datetime_start=datetime.datetime.now(),
-            datetime_complete=None,
-            params={},
-            distributions={},
-            user_attrs={},
-            system_attrs={CREATE_TOKEN_KEY: token},
-            intermediate_values={},
-            trial_id=-1,
-        )
+        return running_trial(system_attrs={CREATE_TOKEN_KEY: token})
     tagged = copy.copy(template)
     tagged.system_attrs = {**template.system_attrs, CREATE_TOKEN_KEY: token}
     return tagged
+
+
+def running_trial(
+    *,
+    params: dict[str, Any] | None = None,
+    distributions: dict[str, BaseDistribution] | None = None,
+    system_attrs: dict[str, Any] | None = None,
+) -> FrozenTrial:
+    """A template of a RUNNING trial started now, for ``create_new_trial``."""
+    return FrozenTrial(
+        number=-1,
+        state=TrialState.RUNNING,
+        value=None,
+        datetime_start=datetime.datetime.now(),
+        datetime_complete=None,
+        params=dict(params or {}),
+        distributions=dict(distributions or {}),
+        user_attrs={},
+        system_attrs=dict(system_attrs or {}),
+        intermediate_values={},
+        trial_id=-1,
+    )
 
 
 def _landed(trial: FrozenTrial, state: TrialState, values: Sequence[float] | None) -> bool:
