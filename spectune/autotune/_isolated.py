@@ -209,14 +209,10 @@ class IsolatedRunner:
         """
         if self._closed:
             raise RuntimeError("this IsolatedRunner is closed")
-        conn = self._ready_conn()
-        try:
-            conn.send(dict(config))
-        except OSError:
-            # It died between the liveness check and the send (idle, not this trial's
-            # doing): once more with a fresh one.
-            conn = self._ready_conn()
-            conn.send(dict(config))
+        handed = self._hand_over(config)
+        if isinstance(handed, Outcome):
+            return handed
+        conn = handed
         limit = self.time_limit
         deadline = None if limit is None else (
             time.monotonic() + limit + _SLACK_S + _SLACK_FRACTION * limit)
@@ -277,6 +273,38 @@ class IsolatedRunner:
         self.close()
 
     # -- internals --------------------------------------------------------------------
+
+    def _hand_over(self, config: Mapping[str, int]) -> Connection | Outcome:
+        """Give ``config`` to a live worker and wait until it says it started the trial.
+
+        A worker that dies before saying so (killed while idle, by the OOM killer or a
+        signal, however late its death shows) never ran the trial: it is replaced and the
+        trial handed to the new one, once; nothing is charged to the trial.
+        """
+        conn = self._ready_conn()
+        for attempt in (1, 2):
+            try:
+                conn.send(dict(config))
+                if self._await(time.monotonic() + self.start_timeout) == "answer":
+                    kind, _ = conn.recv()
+                    if kind == "started":
+                        return conn
+                    self._slot.stop(graceful=False)  # it no longer follows the protocol
+                    return Outcome.failed(
+                        "other", f"unexpected answer from the worker: {kind!r}")
+            except (OSError, EOFError, ConnectionError):
+                pass  # it died before taking the trial
+            except BaseException:  # interrupted: it must not outlive this call
+                self._slot.stop(graceful=False)
+                raise
+            code = self._slot.stop(graceful=False)
+            _log.warning("trial worker died between trials (%s); starting a new one",
+                         describe_exit(code))
+            if attempt == 2:
+                break
+            conn = self._ready_conn()
+        return Outcome.failed(
+            "crash", "trial worker died twice before it could start the trial")
 
     def _ready_conn(self) -> Connection:
         """The pipe of a live worker, starting one when there is none."""
@@ -425,6 +453,7 @@ def _worker_main(
             return
         if config is None:
             return
+        conn.send(("started", None))  # from here on, a death is this trial's doing
         try:
             outcome = runner(config)
         except Exception as exc:  # as the engine records an objective's exception
