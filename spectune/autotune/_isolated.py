@@ -297,14 +297,18 @@ class IsolatedRunner:
             except BaseException:  # interrupted: it must not outlive this call
                 self._slot.stop(graceful=False)
                 raise
-            code = self._slot.stop(graceful=False)
-            _log.warning("trial worker died between trials (%s); starting a new one",
-                         describe_exit(code))
+            self._drop_dead_worker()
             if attempt == 2:
                 break
             conn = self._ready_conn()
         return Outcome.failed(
             "crash", "trial worker died twice before it could start the trial")
+
+    def _drop_dead_worker(self) -> None:
+        """Reap a worker that died between trials; nothing is charged to a trial."""
+        code = self._slot.stop(graceful=False)
+        _log.warning("trial worker died between trials (%s); starting a new one",
+                     describe_exit(code))
 
     def _ready_conn(self) -> Connection:
         """The pipe of a live worker, starting one when there is none."""
@@ -316,10 +320,7 @@ class IsolatedRunner:
                 and not _readable(conn):
             return conn
         if process is not None:
-            # Dead between trials (after answering): nothing to charge to a trial.
-            code = self._slot.stop(graceful=False)
-            _log.warning("trial worker died between trials (%s); starting a new one",
-                         describe_exit(code))
+            self._drop_dead_worker()
         try:
             return self._start()
         except WorkerStartError as exc:
