@@ -46,13 +46,14 @@ from spectune.autotune._strategies import (  # noqa: E402
     OptunaStrategy,
     _tpe,
 )
+from spectune.autotune._strategy import ProposalContext  # noqa: E402
 from spectune.autotune.replay import SyntheticSpec, load_t4, replay, write_synthetic  # noqa: E402
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "tuning-spaces"
 
 
-#: The GP as every variant below was measured: failures as the slowest success. The
-#: default ``auto`` now leaves them out; ``gp-ts-worst`` is ``auto`` before that.
+#: The GP as every variant below was measured: failures as the slowest success (as
+#: ``auto`` = ``gp-ei`` has them; ``gp-ts`` leaves them out, ``gp-ts-worst`` does not).
 _GP = functools.partial(GPStrategy, failures="worst")
 
 
@@ -93,9 +94,49 @@ def _gp_pair(seed: int, *, every: int, **gp: object) -> InterleavedStrategy:
 
 
 def _portfolio(seed: int) -> InterleavedStrategy:
-    """``gp-tr-align`` and ``gp-ts`` (``auto``) taking turns on one history: their misses at
+    """``gp-tr-align`` and ``gp-ts`` taking turns on one history: their misses at
     100 evaluations fall on different spaces (docs/replay.md)."""
     return InterleavedStrategy(_GP(alignment=True), STRATEGIES["gp-ts"](seed), every=2)
+
+
+class _PhaseGP(GPStrategy):
+    """Expected improvement in the trust region; Thompson draws on the elites' lines and
+    when escaping (where spreading proposals over what the model cannot tell apart
+    pays)."""
+
+    def propose(self, ctx: ProposalContext) -> int | None:
+        h = ctx.history
+        if len(h.rows) >= self.n_init and h.ok.any():
+            exploring = self._on_lines(h) or self._escaping(h)
+            self.acquisition = "thompson" if exploring else "ei"
+        return super().propose(ctx)
+
+
+class _EarlyThompson(GPStrategy):
+    """Thompson draws while fewer than ``until`` evaluations are in, then as configured."""
+
+    def __init__(self, *, until: int, **kw: object) -> None:
+        super().__init__(**kw)  # type: ignore[arg-type]
+        self.until = until
+        self._configured = self.acquisition
+
+    def propose(self, ctx: ProposalContext) -> int | None:
+        early = len(ctx.history.rows) < self.until
+        self.acquisition = "thompson" if early else self._configured
+        return super().propose(ctx)
+
+
+def _early_ts(seed: int, **kw: object) -> _EarlyThompson:
+    return _EarlyThompson(failures="worst", alignment=True, lines_after=16, stall=40, **kw)  # type: ignore[arg-type]
+
+
+def _phase_gp(seed: int, **kw: object) -> _PhaseGP:
+    return _PhaseGP(failures="worst", **kw)  # type: ignore[arg-type]
+
+
+def _ei_ts_portfolio(seed: int) -> InterleavedStrategy:
+    """``gp-ei`` (``auto``) and ``gp-ts`` taking turns on one history."""
+    return InterleavedStrategy(STRATEGIES["gp-ei"](seed), STRATEGIES["gp-ts"](seed), every=2)
 
 
 def optuna_tpe(seed: int, **kw: object) -> object:
@@ -105,7 +146,7 @@ def optuna_tpe(seed: int, **kw: object) -> object:
 
 
 #: Variants beyond the registered strategies, for the comparison in docs/replay.md
-#: (``gp-ts-s15`` is the previous default ``gp-ts``, before the elites' lines).
+#: (``gp-ts-s15`` is ``gp-ts`` before the elites' lines; ``gp-ei-*`` vary ``auto``).
 VARIANTS = {
     "gp-tr-r1": functools.partial(_gp_variant, radius=1),
     "gp-tr-r3": functools.partial(_gp_variant, radius=3),
@@ -142,6 +183,14 @@ VARIANTS = {
     "gp-ts-lines-10": functools.partial(_gp_ts_variant, lines_after=10, stall=30),
     "gp-ts-worst": functools.partial(_gp_ts_variant, lines_after=16, stall=40),
     "gp-tr-align+gp-ts": _portfolio,
+    # gp-ei (auto) with Thompson draws on the lines and escapes.
+    "gp-ei-ts": functools.partial(_phase_gp, alignment=True, lines_after=16, stall=40),
+    "gp-ei-10": functools.partial(_gp_variant, alignment=True, lines_after=10, stall=30),
+    "gp-ei+gp-ts": _ei_ts_portfolio,
+    "gp-ei-ts10": functools.partial(_early_ts, until=10),
+    "gp-ei-ts16": functools.partial(_early_ts, until=16),
+    "gp-ei-init3": functools.partial(_gp_variant, alignment=True, lines_after=16, stall=40,
+                                           n_init=3),
 }
 
 #: Synthetic spaces: (roughness, fail fraction) cycled over seeds.

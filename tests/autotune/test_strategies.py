@@ -16,14 +16,21 @@ from spectune.space import Param, SearchSpace
 optuna.logging.set_verbosity(optuna.logging.ERROR)
 
 
-def test_auto_is_the_thompson_trust_region_with_alignment_lines_and_escapes() -> None:
+def test_auto_is_the_expected_improvement_trust_region_with_alignment_lines_and_escapes(
+) -> None:
     strategy = make_strategy("auto", seed=0)
     assert isinstance(strategy, GPStrategy)
-    assert strategy.name == "gp-tr-ts" and strategy.radius == 2
-    assert (strategy.acquisition, strategy.alignment) == ("thompson", True)
+    assert strategy.name == "gp-tr" and strategy.radius == 2
+    assert (strategy.acquisition, strategy.alignment) == ("ei", True)
     assert (strategy.lines_after, strategy.elites, strategy.stall) == (16, 5, 40)
-    assert strategy.failures == "ignore"
-    assert set(STRATEGIES) >= {"auto", "gp-ts", "tpe+gp-tr", "gp-tr", "gp", "tpe", "random"}
+    assert strategy.failures == "worst"
+    thompson = make_strategy("gp-ts", seed=0)
+    assert isinstance(thompson, GPStrategy)
+    assert (thompson.acquisition, thompson.failures) == ("thompson", "ignore")
+    assert (thompson.lines_after, thompson.elites, thompson.stall) == (16, 5, 40)
+    assert set(STRATEGIES) >= {
+        "auto", "gp-ei", "gp-ts", "tpe+gp-tr", "gp-tr", "gp", "tpe", "random"
+    }
     with pytest.raises(ValueError, match="acquisition must be 'ei' or 'thompson'"):
         GPStrategy(acquisition="ucb")
     with pytest.raises(ValueError, match="elites must be >= 1, got 0"):
