@@ -189,8 +189,9 @@ VARIANTS = {
     "gp-ei+gp-ts": _ei_ts_portfolio,
     "gp-ei-ts10": functools.partial(_early_ts, until=10),
     "gp-ei-ts16": functools.partial(_early_ts, until=16),
-    "gp-ei-init3": functools.partial(_gp_variant, alignment=True, lines_after=16, stall=40,
-                                           n_init=3),
+    "gp-ei-init3": functools.partial(
+        _gp_variant, alignment=True, lines_after=16, stall=40, n_init=3
+    ),
 }
 
 #: Synthetic spaces: (roughness, fail fraction) cycled over seeds.
