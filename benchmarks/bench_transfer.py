@@ -10,8 +10,9 @@ fastest configurations the target holds evaluated first (``warm_start``, how
 ``spectune replay --prior`` and ``spectune sweep`` now use. Two priors that mislead on
 purpose bound the cost: the target's own five slowest correct configurations
 (``adversarial``), and a prior of another kernel family (no parameter in common, so no
-configuration transfers and nothing is charged). Prints a Markdown table of median
-fractions of the optimum at each budget.
+configuration transfers and nothing is charged). Prints two Markdown tables of the
+fraction of the optimum at each budget: the median over seeds, and the mean (steadier
+than the median where seeds split between two basins).
 """
 
 from __future__ import annotations
@@ -25,8 +26,11 @@ from pathlib import Path
 for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_var, "1")
 
+import numpy as np  # noqa: E402
+
 from spectune.autotune.replay import (  # noqa: E402
     RecordedSpace,
+    ReplayReport,
     load_t4,
     prior_configs,
     replay,
@@ -66,10 +70,10 @@ def main() -> int:
     args = parser.parse_args()
     pairs = [tuple(p.split(":")) for p in args.pairs.split(",") if p] or list(PAIRS)
 
-    def run(target: RecordedSpace, **kw: object) -> list[float]:
+    def run(target: RecordedSpace, **kw: object) -> dict[str, list[float]]:
         report = replay(target, budget=args.budget, repeats=args.repeats,
                         sampler=args.sampler, workers=args.workers, **kw)  # type: ignore[arg-type]
-        return [r.median_fraction for r in report.results]
+        return _stats(report)
 
     records = []
     budgets: list[int] = []
@@ -82,43 +86,60 @@ def main() -> int:
             report = replay(target, budget=args.budget, repeats=args.repeats,
                             sampler=args.sampler, workers=args.workers)
             budgets = [r.budget for r in report.results]
-            cache[target_name] = [r.median_fraction for r in report.results]
-            cache[target_name + "/random"] = [r.random_median_fraction for r in report.results]
+            cache[target_name] = _stats(report)
             worst = slowest(target, args.top)
-            records.append({"target": target_name, "prior": "adversarial (its slowest)",
-                            "configs": len(worst), "none": cache[target_name],
-                            "first": run(target, warm_start=worst),
-                            "transfer": run(target, prior=worst),
-                            "random": cache[target_name + "/random"]})
+            records.append(_record(target_name, "adversarial (its slowest)", len(worst),
+                                   cache[target_name], run(target, warm_start=worst),
+                                   run(target, prior=worst)))
             print(json.dumps(records[-1]), flush=True)
-        records.append({"target": target_name, "prior": prior_name, "configs": len(configs),
-                        "none": cache[target_name],
-                        "first": run(target, warm_start=configs) if configs else cache[target_name],
-                        "transfer": run(target, prior=configs) if configs else cache[target_name],
-                        "random": cache[target_name + "/random"]})
+        none = cache[target_name]
+        records.append(_record(target_name, prior_name, len(configs), none,
+                               run(target, warm_start=configs) if configs else none,
+                               run(target, prior=configs) if configs else none))
         print(json.dumps(records[-1]), flush=True)
     print(table(records, budgets, args.repeats))
+    print()
+    print(table(records, budgets, args.repeats, stat="mean"))
     if args.out:
         args.out.write_text(json.dumps({"budgets": budgets, "repeats": args.repeats,
                                         "records": records}, indent=1))
     return 0
 
 
-def table(records: list[dict[str, object]], budgets: list[int], repeats: int) -> str:
-    """Median fraction without a prior, and the gain of each way of using one."""
+def _stats(report: ReplayReport) -> dict[str, list[float]]:
+    """Median and mean fraction of the optimum at each reported budget, and random's."""
+    curves = report.engine_curves
+    return {"median": [r.median_fraction for r in report.results],
+            "mean": [float(np.mean(curves[:, r.budget - 1])) for r in report.results],
+            "random": [r.random_median_fraction for r in report.results]}
+
+
+def _record(target: str, prior: str, configs: int, none: dict[str, list[float]],
+            first: dict[str, list[float]], transfer: dict[str, list[float]]) -> dict[str, object]:
+    """One row: medians under the plain keys (as before), means under ``*_mean``."""
+    return {"target": target, "prior": prior, "configs": configs,
+            "none": none["median"], "first": first["median"], "transfer": transfer["median"],
+            "none_mean": none["mean"], "first_mean": first["mean"],
+            "transfer_mean": transfer["mean"], "random": none["random"]}
+
+
+def table(records: list[dict[str, object]], budgets: list[int], repeats: int, *,
+          stat: str = "median") -> str:
+    """Fraction without a prior (``stat`` over seeds), and the gain of each way of using one."""
+    suffix = "" if stat == "median" else "_mean"
     head = " | ".join(f"{b} evals: none / first / transfer" for b in budgets)
     lines = [f"| target ← prior | configs | {head} |", "|---|---|" + "---|" * len(budgets)]
     for r in records:
         cells = []
         for i in range(len(budgets)):
-            none = r["none"][i]  # type: ignore[index]
-            first = r["first"][i] - none  # type: ignore[index]
-            transfer = r["transfer"][i] - none  # type: ignore[index]
+            none = r["none" + suffix][i]  # type: ignore[index]
+            first = r["first" + suffix][i] - none  # type: ignore[index]
+            transfer = r["transfer" + suffix][i] - none  # type: ignore[index]
             cells.append(f"{none:.3f} / {first:+.3f} / {transfer:+.3f}")
         lines.append(f"| {r['target']} ← {r['prior']} | {r['configs']} | " + " | ".join(cells)
                      + " |")
-    lines.append(f"\n{repeats} seeds, the same for every column; first and transfer are gains "
-                 "over none.")
+    lines.append(f"\n{stat} of {repeats} seeds, the same for every column; first and transfer "
+                 "are gains over none.")
     return "\n".join(lines)
 
 

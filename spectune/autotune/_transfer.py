@@ -11,11 +11,16 @@ evaluations, not the study:
 * Turns alternate, the prior first: an evaluation from the prior, then one of the base
   strategy's, while the prior lasts. A prior configuration outside the space, or
   already evaluated or pending, is passed over.
-* The base strategy's first ``random_start`` turns are uniform draws, as its own start
-  would have been: a model fitted only on a prior's (clustered) configurations would
-  search where the prior points, right or wrong.
-* The prior is dropped after ``misses`` of its evaluations in a row that missed: slower
-  than the median of the base strategy's own evaluations before them, or failed.
+* The study's first ``random_start`` evaluations, the prior's included, are all the
+  start the base strategy gets: its turns until then are uniform draws, as its own start
+  would have been, and it proposes from then on, on a history that holds the prior's
+  evaluations too. (Measured by replay, ``benchmarks/bench_transfer.py``: starting the
+  model only after ``random_start`` draws of its own delayed it by the prior's turns, and
+  cost more at 20-50 evaluations than the clustered start it was meant to avoid.)
+* The prior is dropped after ``misses`` of its evaluations in a row that missed: failed,
+  or slower than the median of the base strategy's own successful evaluations so far.
+  A prior evaluation made before any of those is judged once they come in, so a first
+  pick as slow as can be counts as a miss, not as a free hit.
 
 Everything is read from the study's history at each proposal, so a resumed study or
 another worker reaches the same decisions.
@@ -23,6 +28,7 @@ another worker reaches the same decisions.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 
 import numpy as np
@@ -42,7 +48,8 @@ class TransferStrategy(Strategy):
         prior: Configurations to try, best first.
         misses: Prior evaluations in a row that miss (see :meth:`dropped`) and drop the
             prior.
-        random_start: The base strategy's first turns that are uniform draws.
+        random_start: The study's first evaluations (the prior's included) before the
+            base strategy proposes; its turns until then are uniform draws.
     """
 
     def __init__(
@@ -87,7 +94,7 @@ class TransferStrategy(Strategy):
             pick = next((row for row in prior if ctx.available[row]), None)
             if pick is not None and not self.dropped(h, members):
                 return pick
-        if own < self.random_start:
+        if len(taken) < self.random_start:
             return None  # the sampler draws uniformly
         return self.base.propose(ctx)
 
@@ -95,20 +102,19 @@ class TransferStrategy(Strategy):
         """Whether the prior's last ``misses`` evaluations all missed.
 
         A prior evaluation hits when it is faster than the median of the base
-        strategy's own successful evaluations before it (an unbiased sample of the space
-        while those are its random start; a hit while there are none yet): a prior that
-        still ranks its picks above a typical configuration keeps its turns, even when
-        its first pick stays the best. A failure is a miss.
+        strategy's own successful evaluations so far (all of them, those after it
+        included: the decision is made now, on what is known now; while the base has
+        none, every successful one hits). A prior that still ranks its picks above the
+        search's typical configuration keeps its turns, even when its first pick stays
+        the best. A failure is a miss.
         """
-        own: list[float] = []
+        own = [float(t) for r, t in zip(history.rows, history.times, strict=True)
+               if int(r) not in members and np.isfinite(t)]
+        typical = float(np.median(own)) if own else math.inf
         run = 0
         for row, time in zip(history.rows, history.times, strict=True):
-            ok = bool(np.isfinite(time))
             if int(row) in members:
-                hit = ok and (not own or time < float(np.median(own)))
-                run = 0 if hit else run + 1
-            elif ok:
-                own.append(float(time))
+                run = 0 if np.isfinite(time) and time < typical else run + 1
         return run >= self.misses
 
     def before_trial(self, study: optuna.Study, trial: FrozenTrial) -> None:

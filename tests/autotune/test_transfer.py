@@ -5,10 +5,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from spectune.autotune import Outcome, Search, SpaceIndex, TransferStrategy
 from spectune.autotune._strategies import make_strategy
+from spectune.autotune._strategy import ProposalContext, Strategy
 from tests.autotune.spaces import OPTIMUM, bowl, grid_space
 
 
@@ -42,18 +44,52 @@ def test_a_good_prior_is_evaluated_first_and_turns_alternate() -> None:
 
 def test_a_misleading_prior_is_dropped_after_two_misses() -> None:
     """The slowest configurations as the prior: the first is evaluated (nothing to beat
-    yet), the next two miss, and no more of them are proposed."""
+    yet) and judged once the base strategy's first draw is in, the second misses too,
+    and no more of them are proposed."""
     prior = _slowest(10)
     seen = _run(prior, evals=30)
     from_prior = [i for i, c in enumerate(seen) if c in prior]
-    assert from_prior == [0, 2, 4]
+    assert from_prior == [0, 2]
     assert min(bowl(c) for c in seen) == bowl(OPTIMUM)  # the search itself goes on
 
 
 def test_misses_sets_how_many_failures_drop_the_prior() -> None:
     prior = _slowest(10)
     seen = _run(prior, evals=20, misses=4)
-    assert [i for i, c in enumerate(seen) if c in prior] == [0, 2, 4, 6, 8]
+    assert [i for i, c in enumerate(seen) if c in prior] == [0, 2, 4, 6]
+
+
+class _Recording(Strategy):
+    """Uniform proposals that note how many evaluations each one saw."""
+
+    name = "recording"
+
+    def __init__(self) -> None:
+        self.seen: list[int] = []
+
+    def propose(self, ctx: ProposalContext) -> int | None:
+        self.seen.append(len(ctx.history.rows))
+        return int(ctx.rng.choice(np.flatnonzero(ctx.available)))
+
+
+def test_the_prior_counts_towards_the_random_start() -> None:
+    """With a prior that keeps hitting, the base strategy proposes from the study's
+    fifth evaluation on (three from the prior, two uniform draws before it), not after
+    five draws of its own."""
+    index = SpaceIndex(grid_space())
+    good = sorted((index.config(r) for r in range(len(index))), key=bowl)[:5]
+    base = _Recording()
+    strategy = TransferStrategy(base, prior=good, random_start=5)
+    seen: list[dict[str, int]] = []
+
+    def objective(config: Mapping[str, int]) -> Outcome:
+        seen.append(dict(config))
+        return Outcome.ok(bowl(config))
+
+    Search(space=grid_space(), sampler=strategy, seed=2).run(objective, max_evals=10)
+    assert seen[1] not in good and seen[3] not in good  # this seed's draws miss them
+    assert all(seen[i] in good for i in (0, 2, 4, 6, 8))  # none of them missed
+    assert base.seen == [5, 7, 9]  # turns 1 and 3 were uniform draws
 
 
 def test_configurations_outside_the_space_are_passed_over() -> None:
@@ -81,10 +117,10 @@ def test_a_resumed_study_keeps_the_prior_dropped(tmp_path: Path) -> None:
     does not start the dropped prior over."""
     storage = str(tmp_path / "study.log")
     prior = _slowest(10)
-    first = _run(prior, evals=8, storage=storage)
-    second = _run(prior, evals=20, storage=storage)  # 12 more in a new session
-    assert len(first) == 8 and len(second) == 12
-    assert sum(c in prior for c in first + second) == 3
+    first = _run(prior, evals=3, storage=storage)  # prior, own draw, prior: then dropped
+    second = _run(prior, evals=20, storage=storage)  # 17 more in a new session
+    assert len(first) == 3 and len(second) == 17
+    assert sum(c in prior for c in first + second) == 2
 
 
 def test_arguments_are_checked() -> None:
