@@ -126,24 +126,6 @@ class _EarlyThompson(GPStrategy):
         return super().propose(ctx)
 
 
-class _EarlyWide(GPStrategy):
-    """Expected improvement over the whole space while fewer than ``until`` evaluations
-    are in, then in the trust region as configured."""
-
-    def __init__(self, *, until: int, **kw: object) -> None:
-        super().__init__(**kw)  # type: ignore[arg-type]
-        self.until = until
-        self._radius = self.radius
-
-    def propose(self, ctx: ProposalContext) -> int | None:
-        self.radius = None if len(ctx.history.rows) < self.until else self._radius
-        return super().propose(ctx)
-
-
-def _early_wide(seed: int, **kw: object) -> _EarlyWide:
-    return _EarlyWide(failures="worst", alignment=True, lines_after=16, stall=40, **kw)  # type: ignore[arg-type]
-
-
 def _early_ts(seed: int, **kw: object) -> _EarlyThompson:
     return _EarlyThompson(failures="worst", alignment=True, lines_after=16, stall=40, **kw)  # type: ignore[arg-type]
 
@@ -207,9 +189,10 @@ VARIANTS = {
     "gp-ei+gp-ts": _ei_ts_portfolio,
     "gp-ei-ts10": functools.partial(_early_ts, until=10),
     "gp-ei-ts16": functools.partial(_early_ts, until=16),
-    # gp-ei with its first model proposals over the whole space (no trust region).
-    "gp-ei-wide10": functools.partial(_early_wide, until=10),
-    "gp-ei-wide16": functools.partial(_early_wide, until=16),
+    # gp-ei-wide10 (auto) with its model proposals over the whole space until 16.
+    "gp-ei-wide16": functools.partial(
+        _gp_variant, alignment=True, lines_after=16, stall=40, global_until=16
+    ),
     "gp-ei-init3": functools.partial(
         _gp_variant, alignment=True, lines_after=16, stall=40, n_init=3
     ),

@@ -21,6 +21,9 @@ def test_auto_is_the_expected_improvement_trust_region_with_alignment_lines_and_
     strategy = make_strategy("auto", seed=0)
     assert isinstance(strategy, GPStrategy)
     assert strategy.name == "gp-tr" and strategy.radius == 2
+    assert strategy.global_until == 10  # gp-ei-wide10: its first model proposals global
+    plain = make_strategy("gp-ei", seed=0)
+    assert isinstance(plain, GPStrategy) and plain.global_until == 0
     assert (strategy.acquisition, strategy.alignment) == ("ei", True)
     assert (strategy.lines_after, strategy.elites, strategy.stall) == (16, 5, 40)
     assert strategy.failures == "worst"
@@ -29,7 +32,7 @@ def test_auto_is_the_expected_improvement_trust_region_with_alignment_lines_and_
     assert (thompson.acquisition, thompson.failures) == ("thompson", "ignore")
     assert (thompson.lines_after, thompson.elites, thompson.stall) == (16, 5, 40)
     assert set(STRATEGIES) >= {
-        "auto", "gp-ei", "gp-ts", "tpe+gp-tr", "gp-tr", "gp", "tpe", "random"
+        "auto", "gp-ei-wide10", "gp-ei", "gp-ts", "tpe+gp-tr", "gp-tr", "gp", "tpe", "random"
     }
     with pytest.raises(ValueError, match="acquisition must be 'ei' or 'thompson'"):
         GPStrategy(acquisition="ucb")
@@ -150,6 +153,13 @@ def test_candidates_move_from_the_trust_region_to_the_elites_lines_to_the_whole_
     # An improvement resets the schedule: radius 2 around the new best (row 1).
     improved = _candidates(strategy, index, [*rows, 1], [*times, 0.5])
     assert improved == {g for g in unseen - {grid[1]} if _hamming(g, grid[1]) <= 2}
+    # global_until: the whole space while fewer evaluations are in (here 7 of 8), then
+    # the schedule as before.
+    strategy.global_until = 8
+    assert _candidates(strategy, index, [*rows, 1], [*times, 0.5]) == unseen - {grid[1]}
+    assert _candidates(strategy, index, [*rows, 1, 2], [*times, 0.5, 9.0]) == {
+        g for g in unseen - {grid[1], grid[2]} if _hamming(g, grid[1]) <= 2
+    }
 
 
 def _needle_space() -> tuple[SearchSpace, dict[str, int]]:
