@@ -464,7 +464,10 @@ class Search:
             if t.number == number:
                 continue
             counts = t.state == TrialState.RUNNING or charged_status(t) is not None
-            if counts and t.number < number:
+            # Slots go in trial order. An enqueued trial (a retry, a warm start) holds its
+            # number from when it was queued, so it is admitted after higher-numbered
+            # trials: they must count it while it waits, or both take the last slot.
+            if (counts or t.state == TrialState.WAITING) and t.number < number:
                 slots += 1
             if counts and t.params and config_of(t) == config:
                 return "duplicate", number

@@ -143,6 +143,41 @@ def test_two_workers_share_one_study(tmp_path: Path) -> None:
     assert all(r.status is Status.OK for r in history)
 
 
+def test_a_queued_retry_and_a_fresh_trial_do_not_both_take_the_last_slot(
+    tmp_path: Path,
+) -> None:
+    """A retry waits in the queue with the number it was given when queued; a worker
+    whose proposal was made before it was queued creates a fresh, higher-numbered trial.
+    The fresh trial is admitted first, the retry later: the study must still end with
+    exactly ``max_evals`` evaluations (the interleaving once charged one too many)."""
+    storage = tmp_path / "study.log"
+    first, second = (
+        Search(space=grid_space(), storage=storage, study_name="shared", seed=s) for s in (0, 1)
+    )
+    max_evals = 5
+    first.run(bowl_objective, max_evals=max_evals - 1)  # one slot left
+    before_the_retry = second.study.get_trials(deepcopy=False)
+    taken = [r.config for r in first.history()]
+    configs = (first.index.config(i) for i in range(len(first.index)))
+    retry = next(c for c in configs if c not in taken)
+    first.study.enqueue_trial(retry)  # as a recovered trial's retry is queued
+    fresh = second._start_trial(before_the_retry)  # proposed from the older read
+    assert fresh.owned
+    calls: list[dict[str, int]] = []
+
+    def objective(config: dict[str, int]) -> Outcome:
+        calls.append(config)
+        return Outcome.ok(bowl(config))
+
+    step = second._step(objective, fresh, max_evals)
+    assert step == "max_evals" and calls == []  # the queued retry holds the last slot
+    result = first.run(objective, max_evals=max_evals)
+    assert calls == [retry]
+    assert len(result.history) == max_evals
+    statuses = [t.user_attrs.get("spectune.status") for t in first.study.get_trials()]
+    assert statuses.count("surplus") == 1
+
+
 def test_dead_worker_trial_is_retried_then_recorded_as_crash(tmp_path: Path) -> None:
     storage = tmp_path / "study.log"
     engine = Search(space=grid_space(), storage=storage, study_name="shared", max_retries=1)
