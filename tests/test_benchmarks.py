@@ -112,3 +112,21 @@ def test_leave_one_out_reports_peers_beside_and_never_chooses_them(tmp_path: Pat
         tpe = next(r for r in runs if r["file"] == held["file"] and r["sampler"] == "tpe")
         assert held["peers"]["tpe"] == tpe["results"]
     assert "| held-out file | evals | ours (chosen) | tpe | random |" in done.stdout
+
+
+def test_proposal_cost_benchmark_times_both_blas_settings_on_the_same_seeds(
+    tmp_path: Path,
+) -> None:
+    from spectune.autotune.replay import write_synthetic
+
+    space = write_synthetic(tmp_path / "s.json.gz", seed=3)
+    done = subprocess.run(
+        [sys.executable, "benchmarks/bench_proposal_cost.py", str(space), "--repeats", "1",
+         "--budget", "105"],
+        cwd=ROOT, capture_output=True, text=True, timeout=600, check=False,
+    )
+    assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
+    rows = [line for line in done.stdout.splitlines() if line.startswith("| ")]
+    assert rows[0] == "| GP's BLAS | ms/eval 2-100 | ms/eval 101-105 | slowest ms |"
+    assert [r.split(" | ")[0] for r in rows[1:]] == ["| one thread (shipped)", "| BLAS's own"]
+    assert "BLAS's own / one thread:" in done.stdout

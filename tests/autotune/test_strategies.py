@@ -83,6 +83,34 @@ def test_posterior_draws_have_the_posterior_mean_and_spread() -> None:
     assert abs(pinned.mean() - y[0]) < 0.05 * (y.max() - y.min())
 
 
+def test_the_gp_runs_its_linear_algebra_on_one_blas_thread() -> None:
+    """Small solves only contend on threads (16 times slower on two here): the GP limits
+    every loaded BLAS to one thread while it works, and restores the caller's limit."""
+    threadpoolctl = pytest.importorskip("threadpoolctl")
+
+    def blas_threads() -> set[int]:
+        return {i["num_threads"] for i in threadpoolctl.threadpool_info()
+                if i["user_api"] == "blas"}
+
+    seen: list[set[int]] = []
+
+    class Watched(GaussianProcess):
+        def _kernel(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+            seen.append(blas_threads())
+            return super()._kernel(a, b)
+
+    rng = np.random.default_rng(0)
+    x = rng.random((20, 3))
+    gp = Watched(3)
+    with threadpoolctl.threadpool_limits(limits=2, user_api="blas"):
+        assert blas_threads() == {2}
+        gp.fit(x, x.sum(1))
+        gp.predict(x[:4])
+        gp.sample(x[:4], rng)
+        assert blas_threads() == {2}
+    assert len(seen) >= 4 and all(s == {1} for s in seen), seen
+
+
 def _history(times: list[float]) -> History:
     return History(
         rows=np.arange(len(times)), times=np.array(times, dtype=float), pending=np.array([])
