@@ -130,3 +130,28 @@ def test_proposal_cost_benchmark_times_both_blas_settings_on_the_same_seeds(
     assert rows[0] == "| GP's BLAS | ms/eval 2-100 | ms/eval 101-105 | slowest ms |"
     assert [r.split(" | ")[0] for r in rows[1:]] == ["| one thread (shipped)", "| BLAS's own"]
     assert "BLAS's own / one thread:" in done.stdout
+
+
+def test_early_picks_benchmark_gives_every_strategy_the_same_random_start(
+    tmp_path: Path,
+) -> None:
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        from bench_early_picks import picks
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+    from spectune.autotune.replay import write_synthetic
+
+    space = write_synthetic(tmp_path / "s.json.gz", seed=4)
+    ours, rand = picks(space, "auto", repeats=3), picks(space, "random", repeats=3)
+    assert ours.shape == rand.shape == (3, 10)
+    assert np.all((ours >= 0) & (ours <= 1))
+    np.testing.assert_array_equal(ours[:, :5], rand[:, :5])  # the shared random start
+    assert not np.array_equal(ours[:, 5:], rand[:, 5:])  # the model's picks differ
+    done = subprocess.run(
+        [sys.executable, "benchmarks/bench_early_picks.py", str(space), "--repeats", "2",
+         "--samplers", "random,auto"],
+        cwd=ROOT, capture_output=True, text=True, timeout=600, check=False,
+    )
+    assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
+    assert [line.split(" | ")[1] for line in done.stdout.splitlines()[2:]] == ["random", "auto"]
