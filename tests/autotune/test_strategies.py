@@ -84,8 +84,8 @@ def test_posterior_draws_have_the_posterior_mean_and_spread() -> None:
 
 
 def test_the_gp_runs_its_linear_algebra_on_one_blas_thread() -> None:
-    """Small solves only contend on threads (16 times slower on two here): the GP limits
-    every loaded BLAS to one thread while it works, and restores the caller's limit."""
+    """Small solves only contend on threads (benchmarks/bench_proposal_cost.py): the GP
+    limits every loaded BLAS to one thread while it works, and restores the caller's."""
     threadpoolctl = pytest.importorskip("threadpoolctl")
 
     def blas_threads() -> set[int]:
