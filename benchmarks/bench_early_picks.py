@@ -27,7 +27,7 @@ import numpy as np  # noqa: E402
 import optuna  # noqa: E402
 
 from spectune.autotune import STRATEGIES, Outcome, Search, SpaceIndex  # noqa: E402
-from spectune.autotune.replay import load_t4  # noqa: E402
+from spectune.autotune.replay import RecordedSpace, load_t4  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_replay import VARIANTS  # noqa: E402
@@ -35,10 +35,9 @@ from bench_replay import VARIANTS  # noqa: E402
 BUDGET = 10
 
 
-def picks(path: Path, sampler: str, *, repeats: int) -> np.ndarray:
+def picks(space: RecordedSpace, index: SpaceIndex, sampler: str, *, repeats: int) -> np.ndarray:
     """Fraction of the optimum of each evaluation, per seed (failures 0)."""
-    space = load_t4(path)
-    index = SpaceIndex(space.space)
+    factory = STRATEGIES.get(sampler) or VARIANTS[sampler]
     out = np.zeros((repeats, BUDGET))
     seen: list[float] = []
 
@@ -52,7 +51,6 @@ def picks(path: Path, sampler: str, *, repeats: int) -> np.ndarray:
 
     for seed in range(repeats):
         seen.clear()
-        factory = STRATEGIES.get(sampler) or VARIANTS[sampler]
         Search(space=index, sampler=factory(seed), seed=seed).run(objective, max_evals=BUDGET)
         out[seed] = seen
     return out
@@ -76,8 +74,10 @@ def main() -> None:
           f">= {g} per eval | seeds with one >= {g} |")
     print("|---|---|---|---|---|---|---|")
     for path in args.files:
+        space = load_t4(path)  # read and enumerated once for every strategy
+        index = SpaceIndex(space.space)
         for sampler in args.samplers.split(","):
-            fractions = picks(path, sampler, repeats=args.repeats)
+            fractions = picks(space, index, sampler, repeats=args.repeats)
             best = fractions.max(axis=1)
             low, high = _median_interval(best, np.random.default_rng(0))
             model = fractions[:, 5:]

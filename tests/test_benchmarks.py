@@ -140,10 +140,14 @@ def test_early_picks_benchmark_gives_every_strategy_the_same_random_start(
         from bench_early_picks import picks
     finally:
         sys.path.remove(str(ROOT / "benchmarks"))
-    from spectune.autotune.replay import write_synthetic
+    from spectune.autotune import SpaceIndex
+    from spectune.autotune.replay import load_t4, write_synthetic
 
     space = write_synthetic(tmp_path / "s.json.gz", seed=4)
-    ours, rand = picks(space, "auto", repeats=3), picks(space, "random", repeats=3)
+    recorded = load_t4(space)
+    index = SpaceIndex(recorded.space)
+    ours = picks(recorded, index, "auto", repeats=3)
+    rand = picks(recorded, index, "random", repeats=3)
     assert ours.shape == rand.shape == (3, 10)
     assert np.all((ours >= 0) & (ours <= 1))
     np.testing.assert_array_equal(ours[:, :5], rand[:, :5])  # the shared random start
