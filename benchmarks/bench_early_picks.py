@@ -26,8 +26,8 @@ for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
 import numpy as np  # noqa: E402
 import optuna  # noqa: E402
 
-from spectune.autotune import STRATEGIES, Outcome, Search, SpaceIndex  # noqa: E402
-from spectune.autotune.replay import RecordedSpace, load_t4  # noqa: E402
+from spectune.autotune import STRATEGIES, SpaceIndex  # noqa: E402
+from spectune.autotune.replay import RecordedSpace, engine_run, load_t4  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_replay import VARIANTS  # noqa: E402
@@ -39,19 +39,10 @@ def picks(space: RecordedSpace, index: SpaceIndex, sampler: str, *, repeats: int
     """Fraction of the optimum of each evaluation, per seed (failures 0)."""
     factory = STRATEGIES.get(sampler) or VARIANTS[sampler]
     out = np.zeros((repeats, BUDGET))
-    seen: list[float] = []
-
-    def objective(config: dict[str, int]) -> Outcome:
-        record = space.lookup(config)
-        if not record.ok:
-            seen.append(0.0)
-            return Outcome.failed("other", record.status)
-        seen.append(space.optimum / float(record.time))  # type: ignore[arg-type]
-        return Outcome.ok(float(record.time))  # type: ignore[arg-type]
-
     for seed in range(repeats):
-        seen.clear()
-        Search(space=index, sampler=factory(seed), seed=seed).run(objective, max_evals=BUDGET)
+        seen: list[float] = []
+        engine_run(space, budget=BUDGET, sampler=factory, seed=seed, index=index,
+                   on_evaluation=seen.append)
         out[seed] = seen
     return out
 

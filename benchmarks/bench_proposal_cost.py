@@ -24,8 +24,8 @@ from pathlib import Path
 import numpy as np
 import optuna
 
-from spectune.autotune import STRATEGIES, Outcome, Search, SpaceIndex, _gp, _strategies
-from spectune.autotune.replay import load_t4
+from spectune.autotune import SpaceIndex, _gp, _strategies
+from spectune.autotune.replay import engine_run, load_t4
 
 
 class _Unlimited(_gp.GaussianProcess):
@@ -53,17 +53,13 @@ def _step_times(path: Path, *, repeats: int, budget: int) -> np.ndarray:
     out = np.zeros((repeats, budget))
     stamps: list[float] = []
 
-    def objective(config: dict[str, int]) -> Outcome:
+    def stamp(_fraction: float) -> None:
         stamps.append(time.perf_counter())
-        record = space.lookup(config)
-        if not record.ok:
-            return Outcome.failed("other", record.status)
-        return Outcome.ok(float(record.time))  # type: ignore[arg-type]
 
     for seed in range(repeats):
         stamps.clear()
-        engine = Search(space=index, sampler=STRATEGIES["auto"](seed), seed=seed)
-        engine.run(objective, max_evals=budget)
+        engine_run(space, budget=budget, sampler="auto", seed=seed, index=index,
+                   on_evaluation=stamp)
         out[seed, 1:] = np.diff(stamps)
     return out
 

@@ -120,6 +120,23 @@ def test_failed_configs_are_charged_and_never_held(tmp_path: Path) -> None:
     assert firsts == {0.0, 1.0}
 
 
+def test_on_evaluation_sees_every_evaluation_and_its_running_best_is_the_curve(
+    tmp_path: Path,
+) -> None:
+    # Row a=1 fails; the others take 1 + a + b, the optimum 1.0 at a=0, b=0.
+    rows = [
+        ({"a": a, "b": b}, (None if a == 1 else float(1 + a + b)), [], 100.0)
+        for a in range(4)
+        for b in range(3)
+    ]
+    space = load_t4(write_t4(tmp_path / "f.json.gz", rows))
+    recorded = sorted([0.0] * 3 + [1.0 / (1 + a + b) for a in (0, 2, 3) for b in range(3)])
+    seen: list[float] = []
+    curve, _ = engine_run(space, budget=12, sampler="auto", seed=2, on_evaluation=seen.append)
+    assert sorted(seen) == pytest.approx(recorded)  # each of the twelve, failures as 0.0
+    assert np.array_equal(np.maximum.accumulate(seen), curve)
+
+
 def test_noisy_answers_are_judged_by_the_recorded_mean(tmp_path: Path) -> None:
     # Config b=1 has the better mean but one very lucky run for b=0 makes it look best.
     rows = [({"b": 0}, 2.0, [0.5, 3.5, 2.0, 2.0], 10.0), ({"b": 1}, 1.0, [1.0, 1.0], 10.0)]

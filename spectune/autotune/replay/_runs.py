@@ -148,6 +148,7 @@ def engine_run(
     index: SpaceIndex | None = None,
     warm_start: Sequence[Mapping[str, int]] = (),
     prior: Sequence[Mapping[str, int]] = (),
+    on_evaluation: Callable[[float], None] | None = None,
 ) -> tuple[np.ndarray, float]:
     """One engine run on a recorded space.
 
@@ -161,9 +162,13 @@ def engine_run(
         index: The space's enumeration, to reuse one across runs.
         warm_start: Configurations evaluated first (charged), in order.
         prior: Configurations a :class:`~spectune.autotune.TransferStrategy` proposes.
+        on_evaluation: Called after each evaluation, before the next proposal, with
+            that evaluation's fraction of the optimum by its recorded mean (0.0 for a
+            failure): what the benchmarks of single proposals read
+            (``benchmarks/bench_early_picks.py``, ``bench_proposal_cost.py``).
 
     Returns:
-        The fraction of the optimum after each evaluation, and the seconds charged.
+        The best fraction of the optimum after each evaluation, and the seconds charged.
     """
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     rng = np.random.default_rng(seed)
@@ -174,10 +179,14 @@ def engine_run(
         charged = record.compile_time / 1000.0 if noisy else 0.0
         if not record.ok:
             observed.append((math.inf, math.inf))
+            if on_evaluation is not None:
+                on_evaluation(0.0)
             return Outcome.failed(_failure_kind(record.status), record.status, cost=charged)
         assert record.time is not None
         value = _answer(record.time, record.runtimes, rng, noisy)
         observed.append((value, record.time))
+        if on_evaluation is not None:
+            on_evaluation(space.optimum / record.time)
         return Outcome.ok(value, cost=charged + (value / 1000.0 if noisy else 0.0))
 
     strategy = make_strategy(sampler, seed=seed) if isinstance(sampler, str) else sampler(seed)
