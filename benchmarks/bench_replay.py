@@ -222,6 +222,15 @@ VARIANTS = {
     "gp-ei-init3": functools.partial(
         _gp_variant, alignment=True, lines_after=16, stall=40, n_init=3
     ),
+    # gp-ei-wide10 (auto) with the elites' lines after 12 / 10 evaluations without
+    # improvement instead of 16 (screened on convolution_A100, where the last step from
+    # the runner-up to the optimum runs along a line through a lesser elite).
+    "gp-ei-wide10-l12": functools.partial(
+        _gp_variant, alignment=True, lines_after=12, stall=40, global_until=10
+    ),
+    "gp-ei-wide10-l10": functools.partial(
+        _gp_variant, alignment=True, lines_after=10, stall=40, global_until=10
+    ),
 }
 
 #: Synthetic spaces: (roughness, fail fraction) cycled over seeds.
