@@ -3,6 +3,8 @@
     python benchmarks/bench_early_picks.py ../shared/tuning-spaces/convolution_MI250X_T4.json.gz \
         --samplers random,auto,gp-ei-ts10 --repeats 500
 
+``--synthetic N --synthetic-start S`` adds the generated spaces of ``bench_replay.py``.
+
 Every strategy starts with the same five random configurations (``n_init``); what
 differs at 10 evaluations is evaluations 6-10. For each strategy, over ``--repeats``
 seeds (exact answers): the best fraction of the optimum after 10 evaluations (median,
@@ -18,6 +20,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import tempfile
 from pathlib import Path
 
 for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
@@ -30,7 +33,7 @@ from spectune.autotune import STRATEGIES, SpaceIndex  # noqa: E402
 from spectune.autotune.replay import RecordedSpace, engine_run, load_t4  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_replay import VARIANTS  # noqa: E402
+from bench_replay import VARIANTS, synthetic_files  # noqa: E402
 
 BUDGET = 10
 
@@ -54,17 +57,24 @@ def _median_interval(x: np.ndarray, rng: np.random.Generator) -> tuple[float, fl
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("files", type=Path, nargs="+")
+    parser.add_argument("files", type=Path, nargs="*")
+    parser.add_argument("--synthetic", type=int, default=0)
+    parser.add_argument("--synthetic-start", type=int, default=0)
     parser.add_argument("--samplers", default="random,auto")
     parser.add_argument("--repeats", type=int, default=500)
     parser.add_argument("--good", type=float, default=0.3)
     args = parser.parse_args()
     optuna.logging.set_verbosity(optuna.logging.ERROR)
+    tmp = tempfile.TemporaryDirectory()
+    files = [*args.files, *synthetic_files(Path(tmp.name), count=args.synthetic,
+                                           start=args.synthetic_start)]
+    if not files:
+        parser.error("give at least one file or --synthetic")
     g = args.good
     print(f"| space | strategy | best at 10: median [95 %] | mean | evals 6-10: mean | "
           f">= {g} per eval | seeds with one >= {g} |")
     print("|---|---|---|---|---|---|---|")
-    for path in args.files:
+    for path in files:
         space = load_t4(path)  # read and enumerated once for every strategy
         index = SpaceIndex(space.space)
         for sampler in args.samplers.split(","):

@@ -237,6 +237,16 @@ VARIANTS = {
 SYNTHETIC = [(0.05, 0.05), (0.1, 0.25), (0.2, 0.05), (0.3, 0.4), (0.1, 0.05), (0.2, 0.2)]
 
 
+def synthetic_files(directory: Path, *, count: int, start: int) -> list[Path]:
+    """Write the generated spaces ``synthetic<start>`` .. ``synthetic<start + count - 1>``."""
+    files = []
+    for seed in range(start, start + count):
+        rough, fail = SYNTHETIC[seed % len(SYNTHETIC)]
+        spec = SyntheticSpec(roughness=rough, fail_fraction=fail)
+        files.append(write_synthetic(directory / f"synthetic{seed}.json.gz", spec, seed=seed))
+    return files
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--files", default="", help="comma-separated T4 files (default: shared)")
@@ -262,10 +272,7 @@ def main() -> int:
     if not files and not args.no_shared:
         files = sorted(SHARED.glob("*_T4.json.gz"))
     tmp = tempfile.TemporaryDirectory()
-    for seed in range(args.synthetic_start, args.synthetic_start + args.synthetic):
-        rough, fail = SYNTHETIC[seed % len(SYNTHETIC)]
-        spec = SyntheticSpec(roughness=rough, fail_fraction=fail)
-        files.append(write_synthetic(Path(tmp.name) / f"synthetic{seed}.json.gz", spec, seed=seed))
+    files += synthetic_files(Path(tmp.name), count=args.synthetic, start=args.synthetic_start)
 
     rows = []
     for f in files:

@@ -159,3 +159,12 @@ def test_early_picks_benchmark_gives_every_strategy_the_same_random_start(
     )
     assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
     assert [line.split(" | ")[1] for line in done.stdout.splitlines()[2:]] == ["random", "auto"]
+    # The generated spaces of bench_replay.py, beside a file.
+    done = subprocess.run(
+        [sys.executable, "benchmarks/bench_early_picks.py", str(space), "--synthetic", "1",
+         "--synthetic-start", "7", "--repeats", "2", "--samplers", "random"],
+        cwd=ROOT, capture_output=True, text=True, timeout=600, check=False,
+    )
+    assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
+    names = [line.split(" | ")[0] for line in done.stdout.splitlines()[2:]]
+    assert names == ["| s", "| synthetic7"]
