@@ -25,7 +25,7 @@ import numpy as np
 import optuna
 
 from spectune.autotune import SpaceIndex, _gp, _strategies
-from spectune.autotune.replay import engine_run, load_t4
+from spectune.autotune.replay import RecordedSpace, engine_run, load_t4
 
 
 class _Unlimited(_gp.GaussianProcess):
@@ -46,10 +46,10 @@ def _gp_class(cls: type[_gp.GaussianProcess]) -> Iterator[None]:
         _strategies.GaussianProcess = held  # type: ignore[misc]
 
 
-def _step_times(path: Path, *, repeats: int, budget: int) -> np.ndarray:
+def _step_times(
+    space: RecordedSpace, index: SpaceIndex, *, repeats: int, budget: int
+) -> np.ndarray:
     """Seconds from each evaluation to the next, per seed (column 0 unused)."""
-    space = load_t4(path)
-    index = SpaceIndex(space.space)
     out = np.zeros((repeats, budget))
     stamps: list[float] = []
 
@@ -73,12 +73,14 @@ def main() -> None:
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     if args.budget < 101:
         parser.error("--budget must be at least 101")
+    space = load_t4(args.file)  # read and enumerated once for both variants
+    index = SpaceIndex(space.space)
     means = {}
     print(f"| GP's BLAS | ms/eval 2-100 | ms/eval 101-{args.budget} | slowest ms |")
     print("|---|---|---|---|")
     for name, cls in (("one thread (shipped)", _gp.GaussianProcess), ("BLAS's own", _Unlimited)):
         with _gp_class(cls):
-            steps = _step_times(args.file, repeats=args.repeats, budget=args.budget)
+            steps = _step_times(space, index, repeats=args.repeats, budget=args.budget)
         early, late = steps[:, 1:100].mean() * 1e3, steps[:, 100:].mean() * 1e3
         means[name] = (early, late)
         print(f"| {name} | {early:.1f} | {late:.1f} | {steps.max() * 1e3:.0f} |", flush=True)
