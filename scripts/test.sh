@@ -5,9 +5,10 @@ cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 # shellcheck disable=SC1091
 . .venv/bin/activate
-# The benchmark-only peers (Kernel Tuner) that tests/test_benchmarks.py replays; never
-# needed by the main job, so installed here rather than by setup.sh.
-python -c "import kernel_tuner" 2>/dev/null || python -m pip install -q -e ".[bench]"
+# The benchmark-only peers (Kernel Tuner, the autotuning-methodology score) that
+# tests/test_benchmarks.py runs; never needed by the main job, so installed here rather
+# than by setup.sh.
+python -c "import kernel_tuner, autotuning_methodology" 2>/dev/null || python -m pip install -q -e ".[bench]"
 if [ -f scripts/postgres.sh ]; then
     # Installs (Debian package) and starts a throwaway PostgreSQL on loopback;
     # prints the URL the tests use.

@@ -168,3 +168,67 @@ def test_early_picks_benchmark_gives_every_strategy_the_same_random_start(
     assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
     names = [line.split(" | ")[0] for line in done.stdout.splitlines()[2:]]
     assert names == ["| s", "| synthetic7"]
+
+
+def _methodology() -> object:
+    """benchmarks/bench_methodology.py, imported (it needs the bench extra)."""
+    if not os.environ.get("CI"):  # scripts/test.sh installs it: in CI a skip would hide rot
+        pytest.importorskip("autotuning_methodology",
+                            reason="the bench extra: pip install '.[bench]'")
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        import bench_methodology
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+    return bench_methodology
+
+
+def test_methodology_score_is_one_at_the_optimum_and_below_zero_at_the_slowest(
+    tmp_path: Path,
+) -> None:
+    """The package's standardisation: a curve on the optimum from the first evaluation
+    scores 1, one stuck on the slowest correct configuration scores below random (0),
+    and a curve between the two lies between; failures before the first success are
+    left out of the median as the package leaves them out."""
+    m = _methodology()
+    from spectune.autotune.replay import load_t4, write_synthetic
+
+    path = write_synthetic(tmp_path / "s_T4.json.gz", seed=5)
+    space = load_t4(path)
+    stats = m.package_statistics(path, tmp_path)
+    budget = 60
+    top = m.score(stats, np.ones((3, budget)), optimum=space.optimum)
+    assert top["score"] == pytest.approx(1.0)
+    assert top["first"] >= 1 and top["last"] <= budget
+    assert top["cut_at_budget"] == (top["cutoff"] > budget)
+    slowest = max(r.time for r in space.records.values() if r.ok)
+    stuck = np.full((3, budget), space.optimum / slowest)
+    assert m.score(stats, stuck, optimum=space.optimum)["score"] < 0
+    ours = m.replay(space, budget=budget, repeats=3, sampler="auto").engine_curves
+    middle = m.score(stats, ours, optimum=space.optimum)["score"]
+    assert m.score(stats, stuck, optimum=space.optimum)["score"] < middle <= 1.0
+    late = np.ones((3, budget))
+    late[:, :5] = 0.0  # no correct configuration in the first five evaluations
+    assert m.score(stats, late, optimum=space.optimum)["score"] < 1.0
+    with pytest.raises(ValueError, match="does not"):
+        m.score(stats, np.full((3, budget), 0.123456789), optimum=space.optimum)
+
+
+def test_methodology_benchmark_scores_engine_and_peers_on_the_same_spaces(
+    tmp_path: Path,
+) -> None:
+    _methodology()
+    out = tmp_path / "m.json"
+    done = subprocess.run(
+        [sys.executable, "benchmarks/bench_methodology.py", "--no-shared", "--synthetic", "2",
+         "--repeats", "2", "--budget", "30", "--samplers", "auto,random",
+         "--peers", "kt-random_sample", "--out", str(out)],
+        cwd=ROOT, capture_output=True, text=True, timeout=600, check=False,
+    )
+    assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
+    rows = json.loads(out.read_text())["rows"]
+    assert {(r["file"], r["strategy"]) for r in rows} == {
+        (f"synthetic{i}", s) for i in (0, 1) for s in ("auto", "random", "kt-random_sample")}
+    assert all(isinstance(r["score"], float) for r in rows)
+    assert "| space | evaluations | auto | random | kt-random_sample |" in done.stdout
+    assert "| **aggregate** |" in done.stdout

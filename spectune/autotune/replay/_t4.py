@@ -240,7 +240,8 @@ def write_t4(
                 "objectives": ["time"],
             }
         )
-    doc = {"metadata": {"timeunit": "miliseconds"}, "results": results}
+    doc = {"schema_version": "1.0.0", "metadata": {"timeunit": "miliseconds"},
+           "results": results}
     text = json.dumps(doc)
     if path.name.endswith(".gz"):
         with gzip.open(path, "wt", encoding="utf-8") as fh:
