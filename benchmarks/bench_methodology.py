@@ -4,10 +4,11 @@
         --budget 100 --workers 2 --samplers auto,tpe,random \
         --peers kt-genetic_algorithm,kt-simulated_annealing,kt-pso --out /tmp/m.json
 
-The ``autotuning-methodology`` package (Willemsen, van Nieuwpoort, van Werkhoven, 2024:
-the methodology built on the same benchmark hub as the shared T4 files; ``pip install
-'spectune[bench]'``) scores a strategy on a space by how far its curve lies between
-random search's and the optimum. What this script takes from the package, unchanged:
+The ``autotuning-methodology`` package (the software of "A Methodology for Comparing
+Auto-Tuning Optimization Algorithms", 2024, doi:10.1016/j.future.2024.05.021, built on the
+same benchmark hub as the shared T4 files; ``pip install 'spectune[bench]'``) scores a
+strategy on a space by how far its curve lies between random search's and the optimum.
+What this script takes from the package, unchanged:
 
 * the space's statistics and its cut-off points (``SearchspaceStatistics``, read from the
   T4 file): the range runs from the evaluation where random search is expected to have
