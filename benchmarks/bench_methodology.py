@@ -46,10 +46,17 @@ for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
 
 import numpy as np  # noqa: E402
 
+from spectune.autotune import STRATEGIES  # noqa: E402
 from spectune.autotune.replay import RecordedSpace, load_t4, replay  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_replay import SHARED, synthetic_files  # noqa: E402
+from bench_replay import (  # noqa: E402
+    KT_PREFIX,
+    SHARED,
+    VARIANTS,
+    _kt_report,
+    synthetic_files,
+)
 
 #: The package's default cut-offs (its ``experiments_defaults.json``).
 CUTOFF_START = 0.01
@@ -136,8 +143,10 @@ def main() -> int:
     parser.add_argument("--synthetic", type=int, default=0)
     parser.add_argument("--synthetic-start", type=int, default=0)
     parser.add_argument("--samplers", default="auto,random",
-                        help="engine strategies; random is the engine's uniform draws")
+                        help="engine strategies or bench_replay.py's variants; random is "
+                        "the engine's uniform draws")
     parser.add_argument("--peers", default="", help="kt-<strategy>,... (Kernel Tuner)")
+    parser.set_defaults(noisy=False)  # exact answers only (bench_replay's peers read it)
     parser.add_argument("--repeats", type=int, default=30)
     parser.add_argument("--budget", type=int, default=100)
     parser.add_argument("--workers", type=int, default=1)
@@ -178,15 +187,14 @@ def main() -> int:
 
 
 def _curves(space: RecordedSpace, name: str, args: argparse.Namespace) -> np.ndarray:
-    if name.startswith("kt-"):
-        from kt_peers import kt_replay
-
-        report = kt_replay(space, strategy=name[3:], budget=args.budget, repeats=args.repeats,
-                           workers=args.workers)
+    """The runs of ``name`` on ``space``, named and dispatched as bench_replay.py does."""
+    if name.startswith(KT_PREFIX):
+        report = _kt_report(space, name[len(KT_PREFIX):], args)
     else:
-        report = replay(space, budget=args.budget, repeats=args.repeats, sampler=name,
+        sampler = name if name in STRATEGIES else VARIANTS[name]
+        report = replay(space, budget=args.budget, repeats=args.repeats, sampler=sampler,
                         workers=args.workers)
-    return report.engine_curves
+    return report.engine_curves  # type: ignore[attr-defined]
 
 
 def table(rows: list[dict[str, object]], names: list[str], repeats: int) -> str:
