@@ -25,11 +25,14 @@ from scipy.optimize import minimize
 from scipy.special import erfc
 from threadpoolctl import ThreadpoolController
 
-__all__ = ["GaussianProcess", "expected_improvement"]
+__all__ = ["TYPICAL_NOISE", "GaussianProcess", "expected_improvement"]
 
 _S5 = np.sqrt(5.0)
 _LS_PRIOR = (np.log(0.5), 1.0)  # mean, sd of log length scale (features in [0, 1])
-_NOISE_PRIOR = (np.log(1e-2), 2.0)  # mean, sd of log noise variance (normalised targets)
+#: The noise variance the fit expects (a share of the normalised targets' variance): the
+#: mean of its prior.
+TYPICAL_NOISE = 1e-2
+_NOISE_PRIOR = (np.log(TYPICAL_NOISE), 2.0)  # mean, sd of log noise variance
 _LS_BOUNDS = (np.log(0.02), np.log(10.0))
 _SF_BOUNDS = (np.log(0.05), np.log(20.0))
 _NOISE_BOUNDS = (np.log(1e-5), np.log(1.0))
@@ -95,6 +98,11 @@ class GaussianProcess:
         self._chol = _cholesky(k)
         self._alpha = cho_solve((self._chol, True), yn)
         self._x = x
+
+    @property
+    def noise(self) -> float:
+        """The fitted noise variance, as a share of the targets' variance."""
+        return float(np.exp(self.theta[self.dims + 1]))
 
     @_one_blas_thread
     def predict(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

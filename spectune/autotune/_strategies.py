@@ -1,6 +1,6 @@
 """The strategies the engine can search with, and their names.
 
-* ``gp-ei-wide10`` (``auto``): a Gaussian process on the log-times (failures enter as
+* ``gp-ei-rough`` (``auto``): a Gaussian process on the log-times (failures enter as
   the slowest success), over the ordinal encoding plus each integer parameter's
   power-of-two alignment; after 5 random configurations, each proposal is the
   configuration of highest expected improvement, over the whole space until 10
@@ -8,10 +8,14 @@
   parameters (a Hamming trust region). After 16 evaluations without improvement the
   candidates become the lines through the 5 best configurations evaluated (each with
   one parameter changed), and after 40 every other proposal is taken over the whole
-  space instead, until the best improves. Chosen by leave-one-out over twelve recorded
-  and generated spaces (docs/replay.md).
-* ``gp-ei``: the same in the trust region from the first model proposal (``auto``
-  before ``gp-ei-wide10``).
+  space instead, until the best improves. On the lines, when the fitted noise exceeds
+  what the fit expects (the space is rough where the model looks), the proposal is a
+  Thompson draw instead of expected improvement. Chosen by leave-one-out over twelve
+  recorded and generated spaces (docs/replay.md).
+* ``gp-ei-wide10``: the same, with expected improvement on the lines however rough
+  (``auto`` before ``gp-ei-rough``).
+* ``gp-ei``: ``gp-ei-wide10`` in the trust region from the first model proposal
+  (``auto`` before ``gp-ei-wide10``).
 * ``gp-ts``: the same schedule with Thompson sampling (the minimum of one posterior
   draw) instead of expected improvement, and failures left out of the regression (the
   default before ``gp-ei``).
@@ -37,7 +41,7 @@ from optuna.distributions import BaseDistribution, IntDistribution
 from optuna.study import StudyDirection
 from optuna.trial import FrozenTrial, TrialState
 
-from spectune.autotune._gp import GaussianProcess, expected_improvement
+from spectune.autotune._gp import TYPICAL_NOISE, GaussianProcess, expected_improvement
 from spectune.autotune._strategy import History, ProposalContext, Strategy
 
 __all__ = [
@@ -94,6 +98,13 @@ class GPStrategy(Strategy):
             region from reaching a better basin several parameters away; the
             runners-up often lie on the way to it.
         elites: How many of the best evaluated configurations the lines go through.
+        rough_lines: On the lines, a Thompson draw instead of ``acquisition`` whenever
+            the fitted noise variance (:attr:`GaussianProcess.noise`, a share of the
+            log-times' variance) exceeds this; ``None``: never. Timings repeat to a few
+            percent, so a large fitted noise means the model is taking a rough region
+            for noise, and there its ranking of the lines (which expected improvement
+            follows) is the least to be trusted: an isolated optimum one parameter from
+            an elite is ranked as the rough region's average.
         failures: How failed configurations (compile errors, out of resources, wrong
             results) enter the regression. ``"ignore"``: they do not (the model is of
             the successes' times; a failure is never proposed again, being evaluated).
@@ -117,6 +128,7 @@ class GPStrategy(Strategy):
         stall: int | None = None,
         lines_after: int | None = None,
         elites: int = 5,
+        rough_lines: float | None = None,
         failures: str = "ignore",
     ) -> None:
         if acquisition not in ("ei", "thompson"):
@@ -133,6 +145,7 @@ class GPStrategy(Strategy):
         self.stall = stall
         self.lines_after = lines_after
         self.elites = elites
+        self.rough_lines = rough_lines
         self.failures = failures
         self.name = "gp" if radius is None else "gp-tr"
         if acquisition == "thompson":
@@ -162,7 +175,10 @@ class GPStrategy(Strategy):
         self._gp.fit(feats[rows], y, optimize=refit)
 
         candidates = self._candidates(ctx)
-        if self.acquisition == "thompson":
+        acquisition = self.acquisition
+        if self._rough_lines(h):
+            acquisition = "thompson"
+        if acquisition == "thompson":
             if len(candidates) > THOMPSON_CANDIDATES:
                 candidates = ctx.rng.choice(candidates, THOMPSON_CANDIDATES, replace=False)
             draw = self._gp.sample(feats[candidates], ctx.rng)
@@ -197,6 +213,16 @@ class GPStrategy(Strategy):
     def _on_lines(self, history: History) -> bool:
         """Whether this proposal searches the elites' lines (see ``lines_after``)."""
         return self.lines_after is not None and self._since_best(history) >= self.lines_after
+
+    def _rough_lines(self, history: History) -> bool:
+        """Whether this proposal is a Thompson draw on rough lines (see ``rough_lines``)."""
+        assert self._gp is not None
+        return (
+            self.rough_lines is not None
+            and self._on_lines(history)
+            and not self._escaping(history)
+            and self._gp.noise > self.rough_lines
+        )
 
     def _escaping(self, history: History) -> bool:
         """Whether this proposal leaves the trust region (see ``stall``)."""
@@ -359,10 +385,16 @@ def _tpe_gp_tr(seed: int | None) -> Strategy:
     return InterleavedStrategy(tpe, GPStrategy(n_init=5, radius=2, failures="worst"), every=3)
 
 
-def _gp_scheduled(*, acquisition: str, failures: str, global_until: int = 0) -> Strategy:
+def _gp_scheduled(
+    *,
+    acquisition: str,
+    failures: str,
+    global_until: int = 0,
+    rough_lines: float | None = None,
+) -> Strategy:
     """The trust-region GP with alignment features, the 5 elites' lines after 16
-    evaluations without improvement and escapes after 40 (``gp-ei-wide10``, ``gp-ei``,
-    ``gp-ts``)."""
+    evaluations without improvement and escapes after 40 (``gp-ei-rough``,
+    ``gp-ei-wide10``, ``gp-ei``, ``gp-ts``)."""
     return GPStrategy(
         n_init=5,
         radius=2,
@@ -371,6 +403,7 @@ def _gp_scheduled(*, acquisition: str, failures: str, global_until: int = 0) -> 
         alignment=True,
         lines_after=16,
         elites=5,
+        rough_lines=rough_lines,
         stall=40,
         failures=failures,
     )
@@ -378,6 +411,9 @@ def _gp_scheduled(*, acquisition: str, failures: str, global_until: int = 0) -> 
 
 #: Strategy factories by name; each takes the seed.
 STRATEGIES: dict[str, Callable[[int | None], Strategy]] = {
+    # Draws on the lines once the fitted noise exceeds what the fit expects (its prior).
+    "gp-ei-rough": lambda seed: _gp_scheduled(acquisition="ei", failures="worst",
+                                               global_until=10, rough_lines=TYPICAL_NOISE),
     "gp-ei-wide10": lambda seed: _gp_scheduled(acquisition="ei", failures="worst",
                                                 global_until=10),
     "gp-ei": lambda seed: _gp_scheduled(acquisition="ei", failures="worst"),
@@ -392,7 +428,7 @@ STRATEGIES: dict[str, Callable[[int | None], Strategy]] = {
                                              name="optuna-gp"),
     "random": lambda seed: RandomStrategy(),
 }
-STRATEGIES["auto"] = STRATEGIES["gp-ei-wide10"]
+STRATEGIES["auto"] = STRATEGIES["gp-ei-rough"]
 
 
 def make_strategy(name: str, *, seed: int | None = None) -> Strategy:

@@ -9,7 +9,7 @@ import optuna
 import pytest
 
 from spectune.autotune import History, Outcome, ProposalContext, SpaceIndex, search
-from spectune.autotune._gp import GaussianProcess
+from spectune.autotune._gp import TYPICAL_NOISE, GaussianProcess
 from spectune.autotune._strategies import STRATEGIES, GPStrategy, make_strategy
 from spectune.space import Param, SearchSpace
 
@@ -21,7 +21,11 @@ def test_auto_is_the_expected_improvement_trust_region_with_alignment_lines_and_
     strategy = make_strategy("auto", seed=0)
     assert isinstance(strategy, GPStrategy)
     assert strategy.name == "gp-tr" and strategy.radius == 2
-    assert strategy.global_until == 10  # gp-ei-wide10: its first model proposals global
+    assert strategy.global_until == 10  # its first model proposals global
+    assert strategy.rough_lines == TYPICAL_NOISE  # gp-ei-rough: draws on rough lines
+    wide = make_strategy("gp-ei-wide10", seed=0)
+    assert isinstance(wide, GPStrategy)
+    assert (wide.global_until, wide.rough_lines) == (10, None)
     plain = make_strategy("gp-ei", seed=0)
     assert isinstance(plain, GPStrategy) and plain.global_until == 0
     assert (strategy.acquisition, strategy.alignment) == ("ei", True)
@@ -32,7 +36,8 @@ def test_auto_is_the_expected_improvement_trust_region_with_alignment_lines_and_
     assert (thompson.acquisition, thompson.failures) == ("thompson", "ignore")
     assert (thompson.lines_after, thompson.elites, thompson.stall) == (16, 5, 40)
     assert set(STRATEGIES) >= {
-        "auto", "gp-ei-wide10", "gp-ei", "gp-ts", "tpe+gp-tr", "gp-tr", "gp", "tpe", "random"
+        "auto", "gp-ei-rough", "gp-ei-wide10", "gp-ei", "gp-ts", "tpe+gp-tr", "gp-tr", "gp",
+        "tpe", "random",
     }
     with pytest.raises(ValueError, match="acquisition must be 'ei' or 'thompson'"):
         GPStrategy(acquisition="ucb")
@@ -81,6 +86,19 @@ def test_posterior_draws_have_the_posterior_mean_and_spread() -> None:
     # At an observed point the draw is pinned to the data (small noise).
     pinned = np.stack([gp.sample(x[:1], rng) for _ in range(200)])
     assert abs(pinned.mean() - y[0]) < 0.05 * (y.max() - y.min())
+
+
+def test_the_fitted_noise_is_small_on_a_smooth_function_and_large_on_a_rough_one() -> None:
+    rng = np.random.default_rng(1)
+    x = rng.random((40, 2))
+    smooth = GaussianProcess(2)
+    smooth.fit(x, np.sin(3 * x[:, 0]) + x[:, 1])
+    assert smooth.noise < TYPICAL_NOISE / 10
+    # A smooth trend plus a jagged term the length scales cannot follow (as a block-size
+    # plane where neighbouring sizes differ by a third): the fit explains it as noise.
+    rough = GaussianProcess(2)
+    rough.fit(x, x[:, 0] + 0.3 * rng.standard_normal(40))
+    assert rough.noise > TYPICAL_NOISE
 
 
 def test_the_gp_runs_its_linear_algebra_on_one_blas_thread() -> None:
@@ -188,6 +206,46 @@ def test_candidates_move_from_the_trust_region_to_the_elites_lines_to_the_whole_
     assert _candidates(strategy, index, [*rows, 1, 2], [*times, 0.5, 9.0]) == {
         g for g in unseen - {grid[1], grid[2]} if _hamming(g, grid[1]) <= 2
     }
+
+
+@pytest.mark.parametrize(
+    ("rough_lines", "on_lines"),
+    [(None, "predict"), (0.0, "sample"), (1.0, "predict")],  # the fitted noise is <= 1
+)
+def test_rough_lines_take_a_thompson_draw_and_nothing_else_does(
+    monkeypatch: pytest.MonkeyPatch, rough_lines: float | None, on_lines: str
+) -> None:
+    index = SpaceIndex(SearchSpace(params=tuple(Param(n, (1, 2, 3, 4, 5)) for n in "abcd")))
+    grid = [tuple(g) for g in index.grid]
+    calls: list[str] = []  # which of the real GP's methods each proposal called
+    for method in ("sample", "predict"):
+        real = getattr(GaussianProcess, method)
+
+        def spy(self: GaussianProcess, *a: object, _real=real, _name=method) -> object:
+            calls.append(_name)
+            return _real(self, *a)
+
+        monkeypatch.setattr(GaussianProcess, method, spy)
+    strategy = GPStrategy(radius=2, lines_after=3, elites=4, stall=6, rough_lines=rough_lines)
+    rows = [0, 156, 312, 468, 624, 600]
+    times = [1.0, 2.0, 3.0, 4.0, 5.0, float("nan")]
+
+    def acquired(rows: list[int], times: list[float]) -> tuple[str, tuple[int, ...]]:
+        calls.clear()
+        row = strategy.propose(_context(index, rows, times))
+        assert row is not None and len(calls) == 1
+        return calls[0], grid[row]
+
+    # 5 evaluations since the best: on the lines through the 4 best.
+    used, proposed = acquired(rows, times)
+    assert used == on_lines
+    assert any(_hamming(proposed, grid[e]) <= 1 for e in rows[:4])
+    # 6 since the best = stall: an escape over the whole space, by expected improvement.
+    assert acquired([*rows, 7], [*times, 9.0])[0] == "predict"
+    # 7: back on the lines.
+    assert acquired([*rows, 7, 8], [*times, 9.0, 9.0])[0] == on_lines
+    # An improvement: the trust region around the new best, by expected improvement.
+    assert acquired([*rows, 1], [*times, 0.5])[0] == "predict"
 
 
 def _needle_space() -> tuple[SearchSpace, dict[str, int]]:
