@@ -46,7 +46,7 @@ from spectune.autotune._strategies import (  # noqa: E402
     OptunaStrategy,
     _tpe,
 )
-from spectune.autotune._strategy import ProposalContext  # noqa: E402
+from spectune.autotune._strategy import History, ProposalContext  # noqa: E402
 from spectune.autotune.replay import SyntheticSpec, load_t4, replay, write_synthetic  # noqa: E402
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "tuning-spaces"
@@ -112,23 +112,12 @@ class _PhaseGP(GPStrategy):
         return super().propose(ctx)
 
 
-class _LinesThompson(GPStrategy):
-    """Expected improvement in the trust region and on the escapes; on the elites' lines
-    a Thompson draw (with ``every=2`` on every other line proposal only, by the number
-    of evaluations since the best)."""
+class _AlternateRoughLines(GPStrategy):
+    """``rough_lines`` on every other line proposal only (by the number of evaluations
+    since the best)."""
 
-    def __init__(self, *, every: int = 1, **kw: object) -> None:
-        super().__init__(**kw)  # type: ignore[arg-type]
-        self.every = every
-
-    def propose(self, ctx: ProposalContext) -> int | None:
-        h = ctx.history
-        self.acquisition = "ei"
-        if len(h.rows) >= self.n_init and h.ok.any():
-            lines = self._on_lines(h) and not self._escaping(h)
-            if lines and self._since_best(h) % self.every == 0:
-                self.acquisition = "thompson"
-        return super().propose(ctx)
+    def _rough_lines(self, history: History) -> bool:
+        return super()._rough_lines(history) and self._since_best(history) % 2 == 0
 
 
 class _EarlyThompson(GPStrategy):
@@ -170,9 +159,9 @@ def _early_ts(seed: int, **kw: object) -> _EarlyThompson:
     return _EarlyThompson(failures="worst", alignment=True, lines_after=16, stall=40, **kw)  # type: ignore[arg-type]
 
 
-def _lines_ts(seed: int, **kw: object) -> _LinesThompson:
-    return _LinesThompson(failures="worst", alignment=True, lines_after=16, stall=40,  # type: ignore[arg-type]
-                          global_until=10, **kw)
+def _alternate_rough_lines(seed: int, **kw: object) -> _AlternateRoughLines:
+    return _AlternateRoughLines(failures="worst", alignment=True, lines_after=16, stall=40,  # type: ignore[arg-type]
+                                global_until=10, **kw)
 
 
 def _phase_gp(seed: int, **kw: object) -> _PhaseGP:
@@ -255,16 +244,24 @@ VARIANTS = {
     "gp-ei-wide10-l10": functools.partial(
         _gp_variant, alignment=True, lines_after=10, stall=40, global_until=10
     ),
-    # gp-ei-wide10 (auto) with Thompson draws on the lines through the 5 / 8 / 10 best
-    # (on every line proposal, or on every other: -alts), or with expected improvement
-    # on the lines through the 8 best (-e8); written after tracing convolution_A100's
-    # seeds that stop at its runner-up, where expected improvement ranks the optimum's
-    # line last.
-    "gp-ei-wide10-lts": functools.partial(_lines_ts, elites=5),
-    "gp-ei-wide10-lts8": functools.partial(_lines_ts, elites=8),
-    "gp-ei-wide10-lts10": functools.partial(_lines_ts, elites=10),
-    "gp-ei-wide10-alts": functools.partial(_lines_ts, elites=5, every=2),
-    "gp-ei-wide10-alts8": functools.partial(_lines_ts, elites=8, every=2),
+    # gp-ei-wide10 with Thompson draws on the lines through the 5 / 8 / 10 best however
+    # smooth the fit (rough_lines=0: every line proposal; -alts: every other), or with
+    # expected improvement on the lines through the 8 best (-e8); written after tracing
+    # convolution_A100's seeds that stop at its runner-up, where expected improvement
+    # ranks the optimum's line last.
+    "gp-ei-wide10-lts": functools.partial(
+        _gp_variant, alignment=True, lines_after=16, stall=40, global_until=10, rough_lines=0.0
+    ),
+    "gp-ei-wide10-lts8": functools.partial(
+        _gp_variant, alignment=True, lines_after=16, stall=40, global_until=10, elites=8,
+        rough_lines=0.0,
+    ),
+    "gp-ei-wide10-lts10": functools.partial(
+        _gp_variant, alignment=True, lines_after=16, stall=40, global_until=10, elites=10,
+        rough_lines=0.0,
+    ),
+    "gp-ei-wide10-alts": functools.partial(_alternate_rough_lines, elites=5, rough_lines=0.0),
+    "gp-ei-wide10-alts8": functools.partial(_alternate_rough_lines, elites=8, rough_lines=0.0),
     "gp-ei-wide10-e8": functools.partial(
         _gp_variant, alignment=True, lines_after=16, elites=8, stall=40, global_until=10
     ),
