@@ -95,6 +95,26 @@ def test_kernel_tuner_peers_replay_the_same_space_and_seeds(tmp_path: Path) -> N
     assert np.all((ga.engine_curves >= 0) & (ga.engine_curves <= 1))
 
 
+def test_every_replay_variant_searches_a_generated_space(tmp_path: Path) -> None:
+    """The variants docs/replay.md reports figures of still build and propose (to 40
+    evaluations: past the lines and the switch turns of the gp-ei family)."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        from bench_replay import VARIANTS
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+    from spectune.autotune import SpaceIndex
+    from spectune.autotune.replay import engine_run, load_t4, write_synthetic
+
+    recorded = load_t4(write_synthetic(tmp_path / "s.json.gz", seed=3))
+    index = SpaceIndex(recorded.space)
+    assert {"gp-ei-rough-spread", "gp-ei-rough-clip50", "gp-ei-rough-ctx"} <= set(VARIANTS)
+    for name, factory in VARIANTS.items():
+        curve, _ = engine_run(recorded, budget=40, sampler=factory, seed=1, index=index)
+        assert curve.shape == (40,) and 0 < curve[-1] <= 1, name
+        assert np.all(np.diff(curve) >= 0), name  # the best so far
+
+
 def test_leave_one_out_reports_peers_beside_and_never_chooses_them(tmp_path: Path) -> None:
     out = tmp_path / "loo.json"
     done = subprocess.run(

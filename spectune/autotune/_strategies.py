@@ -1,6 +1,6 @@
 """The strategies the engine can search with, and their names.
 
-* ``gp-ei-rough`` (``auto``): a Gaussian process on the log-times (failures enter as
+* ``gp-ei-switch`` (``auto``): a Gaussian process on the log-times (failures enter as
   the slowest success), over the ordinal encoding plus each integer parameter's
   power-of-two alignment; after 5 random configurations, each proposal is the
   configuration of highest expected improvement, over the whole space until 10
@@ -10,10 +10,13 @@
   one parameter changed), and after 40 every other proposal is taken over the whole
   space instead, until the best improves. On the lines, when the fitted noise exceeds
   what the fit expects (the space is rough where the model looks), the proposal is a
-  Thompson draw instead of expected improvement. Chosen by leave-one-out over twelve
-  recorded and generated spaces (docs/replay.md).
-* ``gp-ei-wide10``: the same, with expected improvement on the lines however rough
-  (``auto`` before ``gp-ei-rough``).
+  Thompson draw instead of expected improvement; when it fits smoothly (the basin is
+  exhausted), every third proposal is taken among the configurations whose switches
+  (two-valued parameters) are set otherwise than the best's. Chosen by leave-one-out
+  over twelve recorded and generated spaces (docs/replay.md).
+* ``gp-ei-rough``: the same without the switch turns (``auto`` before ``gp-ei-switch``).
+* ``gp-ei-wide10``: ``gp-ei-rough`` with expected improvement on the lines however
+  rough (``auto`` before ``gp-ei-rough``).
 * ``gp-ei``: ``gp-ei-wide10`` in the trust region from the first model proposal
   (``auto`` before ``gp-ei-wide10``).
 * ``gp-ts``: the same schedule with Thompson sampling (the minimum of one posterior
@@ -42,10 +45,12 @@ from optuna.study import StudyDirection
 from optuna.trial import FrozenTrial, TrialState
 
 from spectune.autotune._gp import TYPICAL_NOISE, GaussianProcess, expected_improvement
+from spectune.autotune._space_index import SpaceIndex
 from spectune.autotune._strategy import History, ProposalContext, Strategy
 
 __all__ = [
     "STRATEGIES",
+    "SWITCH_TURN_EVERY",
     "THOMPSON_CANDIDATES",
     "GPStrategy",
     "InterleavedStrategy",
@@ -57,6 +62,10 @@ __all__ = [
 
 #: Most candidates one Thompson draw covers (the draw is cubic in their number).
 THOMPSON_CANDIDATES = 1000
+
+#: Every how many proposals a stalled, smooth search turns to other switch settings
+#: (``GPStrategy(switch_turns=...)``; measured in docs/replay.md).
+SWITCH_TURN_EVERY = 3
 
 
 class RandomStrategy(Strategy):
@@ -105,6 +114,16 @@ class GPStrategy(Strategy):
             for noise, and there its ranking of the lines (which expected improvement
             follows) is the least to be trusted: an isolated optimum one parameter from
             an elite is ranked as the rough region's average.
+        switch_turns: After ``lines_after`` evaluations without improvement, every
+            :data:`SWITCH_TURN_EVERY`-th proposal that is no escape, while the fitted
+            noise variance is at most this, is taken among the configurations whose
+            switches (the two-valued parameters, such as shared memory or read-only
+            loads) are set otherwise than the best's; ``None``: never (nor in a space
+            without switches). A stalled search that the model fits smoothly has
+            exhausted its basin, and a basin is often one setting of the switches: the
+            lines change one parameter at a time, and the first configurations tried
+            with another setting are slower than the best, so a search that found its
+            first good configurations with one setting rarely leaves it.
         failures: How failed configurations (compile errors, out of resources, wrong
             results) enter the regression. ``"ignore"``: they do not (the model is of
             the successes' times; a failure is never proposed again, being evaluated).
@@ -129,6 +148,7 @@ class GPStrategy(Strategy):
         lines_after: int | None = None,
         elites: int = 5,
         rough_lines: float | None = None,
+        switch_turns: float | None = None,
         failures: str = "ignore",
     ) -> None:
         if acquisition not in ("ei", "thompson"):
@@ -146,12 +166,14 @@ class GPStrategy(Strategy):
         self.lines_after = lines_after
         self.elites = elites
         self.rough_lines = rough_lines
+        self.switch_turns = switch_turns
         self.failures = failures
         self.name = "gp" if radius is None else "gp-tr"
         if acquisition == "thompson":
             self.name += "-ts"
         self._gp: GaussianProcess | None = None
         self._features: np.ndarray | None = None
+        self._settings: np.ndarray | None = None  # per row, its switches' setting
         self._fitted_at = 0
 
     def propose(self, ctx: ProposalContext) -> int | None:
@@ -161,6 +183,7 @@ class GPStrategy(Strategy):
         if self._features is None:
             self._features = ctx.index.features(alignment=self.alignment)
             self._gp = GaussianProcess(self._features.shape[1])
+            self._settings = _switch_settings(ctx.index)
         assert self._gp is not None
         feats = self._features
         y = np.log(h.times)
@@ -197,6 +220,11 @@ class GPStrategy(Strategy):
         candidates = np.flatnonzero(ctx.available)
         if self.radius is None or len(h.rows) < self.global_until or self._escaping(h):
             return candidates
+        if self._switch_turn(h):
+            assert self._settings is not None
+            setting = self._settings
+            other = candidates[setting[candidates] != setting[h.best_row()]]
+            return other if len(other) else candidates
         grid = ctx.index.grid[candidates]
         if self._on_lines(h):
             order = np.argsort(np.where(h.ok, h.times, np.inf), kind="stable")
@@ -221,7 +249,21 @@ class GPStrategy(Strategy):
             self.rough_lines is not None
             and self._on_lines(history)
             and not self._escaping(history)
+            and not self._switch_turn(history)
             and self._gp.noise > self.rough_lines
+        )
+
+    def _switch_turn(self, history: History) -> bool:
+        """Whether this proposal leaves the best's switch setting (see ``switch_turns``)."""
+        if (self.switch_turns is None or self.lines_after is None or self._gp is None
+                or self._settings is None):
+            return False
+        since = self._since_best(history)
+        return (
+            since >= self.lines_after
+            and (since - self.lines_after) % SWITCH_TURN_EVERY == 0
+            and not self._escaping(history)
+            and self._gp.noise <= self.switch_turns
         )
 
     def _escaping(self, history: History) -> bool:
@@ -230,6 +272,15 @@ class GPStrategy(Strategy):
             return False
         since = self._since_best(history)
         return since >= self.stall and (since - self.stall) % 2 == 0
+
+
+def _switch_settings(index: SpaceIndex) -> np.ndarray | None:
+    """Per row, a code of its switches' values (two-valued parameters; the same code, the
+    same setting); ``None`` in a space without switches."""
+    switches = [j for j, v in enumerate(index.values) if len(v) == 2]
+    if not switches:
+        return None
+    return index.grid[:, switches] @ (1 << np.arange(len(switches)))
 
 
 class InterleavedStrategy(Strategy):
@@ -391,10 +442,11 @@ def _gp_scheduled(
     failures: str,
     global_until: int = 0,
     rough_lines: float | None = None,
+    switch_turns: float | None = None,
 ) -> Strategy:
     """The trust-region GP with alignment features, the 5 elites' lines after 16
-    evaluations without improvement and escapes after 40 (``gp-ei-rough``,
-    ``gp-ei-wide10``, ``gp-ei``, ``gp-ts``)."""
+    evaluations without improvement and escapes after 40 (``gp-ei-switch``,
+    ``gp-ei-rough``, ``gp-ei-wide10``, ``gp-ei``, ``gp-ts``)."""
     return GPStrategy(
         n_init=5,
         radius=2,
@@ -404,6 +456,7 @@ def _gp_scheduled(
         lines_after=16,
         elites=5,
         rough_lines=rough_lines,
+        switch_turns=switch_turns,
         stall=40,
         failures=failures,
     )
@@ -411,6 +464,11 @@ def _gp_scheduled(
 
 #: Strategy factories by name; each takes the seed.
 STRATEGIES: dict[str, Callable[[int | None], Strategy]] = {
+    # Turns to other switch settings while the fit is smooth, draws on the lines while it
+    # is rough (both keyed on the fitted noise against what the fit expects).
+    "gp-ei-switch": lambda seed: _gp_scheduled(acquisition="ei", failures="worst",
+                                                global_until=10, rough_lines=TYPICAL_NOISE,
+                                                switch_turns=TYPICAL_NOISE),
     # Draws on the lines once the fitted noise exceeds what the fit expects (its prior).
     "gp-ei-rough": lambda seed: _gp_scheduled(acquisition="ei", failures="worst",
                                                global_until=10, rough_lines=TYPICAL_NOISE),
@@ -428,7 +486,7 @@ STRATEGIES: dict[str, Callable[[int | None], Strategy]] = {
                                              name="optuna-gp"),
     "random": lambda seed: RandomStrategy(),
 }
-STRATEGIES["auto"] = STRATEGIES["gp-ei-rough"]
+STRATEGIES["auto"] = STRATEGIES["gp-ei-switch"]
 
 
 def make_strategy(name: str, *, seed: int | None = None) -> Strategy:

@@ -10,7 +10,12 @@ import pytest
 
 from spectune.autotune import History, Outcome, ProposalContext, SpaceIndex, search
 from spectune.autotune._gp import TYPICAL_NOISE, GaussianProcess
-from spectune.autotune._strategies import STRATEGIES, GPStrategy, make_strategy
+from spectune.autotune._strategies import (
+    STRATEGIES,
+    SWITCH_TURN_EVERY,
+    GPStrategy,
+    make_strategy,
+)
 from spectune.space import Param, SearchSpace
 
 optuna.logging.set_verbosity(optuna.logging.ERROR)
@@ -22,10 +27,14 @@ def test_auto_is_the_expected_improvement_trust_region_with_alignment_lines_and_
     assert isinstance(strategy, GPStrategy)
     assert strategy.name == "gp-tr" and strategy.radius == 2
     assert strategy.global_until == 10  # its first model proposals global
-    assert strategy.rough_lines == TYPICAL_NOISE  # gp-ei-rough: draws on rough lines
+    assert strategy.rough_lines == TYPICAL_NOISE  # draws on rough lines
+    assert strategy.switch_turns == TYPICAL_NOISE  # gp-ei-switch: turns when smooth
+    rough = make_strategy("gp-ei-rough", seed=0)
+    assert isinstance(rough, GPStrategy)
+    assert (rough.rough_lines, rough.switch_turns) == (TYPICAL_NOISE, None)
     wide = make_strategy("gp-ei-wide10", seed=0)
     assert isinstance(wide, GPStrategy)
-    assert (wide.global_until, wide.rough_lines) == (10, None)
+    assert (wide.global_until, wide.rough_lines, wide.switch_turns) == (10, None, None)
     plain = make_strategy("gp-ei", seed=0)
     assert isinstance(plain, GPStrategy) and plain.global_until == 0
     assert (strategy.acquisition, strategy.alignment) == ("ei", True)
@@ -36,8 +45,8 @@ def test_auto_is_the_expected_improvement_trust_region_with_alignment_lines_and_
     assert (thompson.acquisition, thompson.failures) == ("thompson", "ignore")
     assert (thompson.lines_after, thompson.elites, thompson.stall) == (16, 5, 40)
     assert set(STRATEGIES) >= {
-        "auto", "gp-ei-rough", "gp-ei-wide10", "gp-ei", "gp-ts", "tpe+gp-tr", "gp-tr", "gp",
-        "tpe", "random",
+        "auto", "gp-ei-switch", "gp-ei-rough", "gp-ei-wide10", "gp-ei", "gp-ts", "tpe+gp-tr",
+        "gp-tr", "gp", "tpe", "random",
     }
     with pytest.raises(ValueError, match="acquisition must be 'ei' or 'thompson'"):
         GPStrategy(acquisition="ucb")
@@ -246,6 +255,65 @@ def test_rough_lines_take_a_thompson_draw_and_nothing_else_does(
     assert acquired([*rows, 7, 8], [*times, 9.0, 9.0])[0] == on_lines
     # An improvement: the trust region around the new best, by expected improvement.
     assert acquired([*rows, 1], [*times, 0.5])[0] == "predict"
+
+
+@pytest.mark.parametrize("switch_turns", [None, 0.0, 1.0])  # the fitted noise is in (0, 1]
+def test_a_stalled_smooth_search_turns_to_other_switch_settings_every_third_proposal(
+    monkeypatch: pytest.MonkeyPatch, switch_turns: float | None
+) -> None:
+    # Two sizes and two switches (two-valued parameters: four settings).
+    space = SearchSpace(params=(Param("a", (1, 2, 3, 4, 5)), Param("b", (1, 2, 3, 4, 5)),
+                                Param("s", (0, 1)), Param("t", (0, 1))))
+    index = SpaceIndex(space)
+    grid = [tuple(g) for g in index.grid]
+    row = {g: r for r, g in enumerate(grid)}
+    calls: list[str] = []
+    real = GaussianProcess.sample
+
+    def spy(self: GaussianProcess, *a: object) -> object:
+        calls.append("sample")
+        return real(self, *a)
+
+    monkeypatch.setattr(GaussianProcess, "sample", spy)
+    # Lines after 3 without improvement, escapes far off, every line proposal a draw.
+    strategy = GPStrategy(radius=2, lines_after=3, elites=2, stall=50, rough_lines=0.0,
+                          switch_turns=switch_turns)
+    best = row[(2, 2, 0, 0)]
+    rows = [row[(0, 0, 0, 0)], best, row[(4, 4, 0, 0)], row[(0, 4, 0, 0)], row[(4, 0, 0, 0)],
+            row[(1, 3, 1, 1)], row[(3, 1, 0, 1)]]
+    times = [3.0, 1.0, 3.5, 4.0, 4.5, 5.0, 5.5]  # 5 evaluations since the best
+
+    def proposal(since: int) -> tuple[set[tuple[int, ...]], bool]:
+        """The candidates after ``since`` evaluations without improvement, and whether
+        the proposal was a draw."""
+        extra = [row[(0, 1, 0, 0)], row[(0, 2, 0, 0)], row[(0, 3, 0, 0)]][: since - 5]
+        ctx = _context(index, rows + extra, times + [6.0] * len(extra))
+        calls.clear()
+        assert strategy.propose(ctx) is not None
+        return {grid[r] for r in strategy._candidates(ctx)}, calls == ["sample"]
+
+    elsewhere = {g for g in grid if (g[2], g[3]) != (0, 0)}
+    for since in (5, 6, 7, 8):
+        candidates, drawn = proposal(since)
+        turn = switch_turns == 1.0 and (since - 3) % SWITCH_TURN_EVERY == 0  # 6
+        if turn:  # every configuration set otherwise, not yet seen; by expected improvement
+            assert candidates == elsewhere - {grid[r] for r in rows} - {grid[row[(0, 1, 0, 0)]]}
+            assert not drawn
+        else:  # the lines through the two best, by a draw
+            assert all(_hamming(g, grid[best]) <= 1 or _hamming(g, grid[rows[0]]) <= 1
+                       for g in candidates)
+            assert drawn
+    # A space without switches has no turns.
+    plain = SpaceIndex(SearchSpace(params=tuple(Param(n, (1, 2, 3, 4, 5)) for n in "abcd")))
+    strategy = GPStrategy(radius=2, lines_after=3, elites=2, stall=50, switch_turns=1.0)
+    ctx = _context(plain, [0, 156, 312, 468, 624, 600], [1.0, 2.0, 3.0, 4.0, 5.0, 6.0])
+    assert strategy.propose(ctx) is not None  # 5 since the best; 3 + 3 = 6 is no turn
+    ctx = _context(plain, [0, 156, 312, 468, 624, 600, 7], [1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 6.0])
+    strategy.propose(ctx)
+    assert not strategy._switch_turn(ctx.history)
+    assert all(_hamming(tuple(plain.grid[r]), tuple(plain.grid[0])) <= 1
+               or _hamming(tuple(plain.grid[r]), tuple(plain.grid[156])) <= 1
+               for r in strategy._candidates(ctx))
 
 
 def _needle_space() -> tuple[SearchSpace, dict[str, int]]:
