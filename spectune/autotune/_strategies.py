@@ -280,7 +280,8 @@ def _switch_settings(index: SpaceIndex) -> np.ndarray | None:
     switches = [j for j, v in enumerate(index.values) if len(v) == 2]
     if not switches:
         return None
-    return index.grid[:, switches] @ (1 << np.arange(len(switches)))
+    _, codes = np.unique(index.grid[:, switches], axis=0, return_inverse=True)
+    return codes.reshape(-1)
 
 
 class InterleavedStrategy(Strategy):
