@@ -213,32 +213,20 @@ class _ClippedGP(GPStrategy):
 
 
 class _ContextTurns(GPStrategy):
-    """After ``lines_after`` evaluations without improvement, every third proposal (not
-    an escape) is taken in the least-evaluated switch setting (the combination of the
-    two-valued parameters' values), however smooth the fit; ``auto`` (``gp-ei-switch``)
-    instead takes it outside the best's setting, and only while the fit is smooth."""
-
-    def _context_turn(self, history: History) -> bool:
-        since = self._since_best(history)
-        assert self.lines_after is not None
-        return (since >= self.lines_after and not self._escaping(history)
-                and (since - self.lines_after) % 3 == 0)
+    """``GPStrategy``'s switch turns (pass ``switch_turns=1.0``, the fitted noise's upper
+    bound: however smooth the fit), each taken in the least-evaluated switch setting
+    instead of anywhere outside the best's, as ``auto`` (``gp-ei-switch``) does."""
 
     def _candidates(self, ctx: ProposalContext) -> np.ndarray:
         h = ctx.history
-        switches = [j for j, v in enumerate(ctx.index.values) if len(v) == 2]
-        if not switches or not self._context_turn(h):
+        if self._settings is None or not self._switch_turn(h):
             return super()._candidates(ctx)
-        code = ctx.index.grid[:, switches] @ (1 << np.arange(len(switches)))
         rows = np.flatnonzero(ctx.available)
-        counts = np.bincount(code[np.concatenate([h.rows, h.pending]).astype(int)],
-                             minlength=1 << len(switches))
-        present = np.unique(code[rows])
+        counts = np.bincount(self._settings[np.concatenate([h.rows, h.pending]).astype(int)],
+                             minlength=int(self._settings.max()) + 1)
+        present = np.unique(self._settings[rows])
         least = present[counts[present] == counts[present].min()]
-        return rows[np.isin(code[rows], least)]
-
-    def _rough_lines(self, history: History) -> bool:
-        return not self._context_turn(history) and super()._rough_lines(history)
+        return rows[np.isin(self._settings[rows], least)]
 
 
 def _rough_variant(cls: type[GPStrategy], seed: int, **kw: object) -> GPStrategy:
@@ -357,7 +345,7 @@ VARIANTS = {
     # no configuration reaches 0.3 of the optimum) and convolution_A100's trapped seeds.
     "gp-ei-rough-spread": functools.partial(_rough_variant, _SpreadStart),
     "gp-ei-rough-clip50": functools.partial(_rough_variant, _ClippedGP, quantile=0.5),
-    "gp-ei-rough-ctx": functools.partial(_rough_variant, _ContextTurns),
+    "gp-ei-rough-ctx": functools.partial(_rough_variant, _ContextTurns, switch_turns=1.0),
 }
 
 #: Synthetic spaces: (roughness, fail fraction) cycled over seeds.
