@@ -108,11 +108,56 @@ def test_every_replay_variant_searches_a_generated_space(tmp_path: Path) -> None
 
     recorded = load_t4(write_synthetic(tmp_path / "s.json.gz", seed=3))
     index = SpaceIndex(recorded.space)
-    assert {"gp-ei-rough-spread", "gp-ei-rough-clip50", "gp-ei-rough-ctx"} <= set(VARIANTS)
+    assert {"gp-ei-rough-spread", "gp-ei-rough-clip50", "gp-ei-rough-ctx", "gp-ei-switch-cover",
+            "gp-ei-switch-coverval"} <= set(VARIANTS)
     for name, factory in VARIANTS.items():
         curve, _ = engine_run(recorded, budget=40, sampler=factory, seed=1, index=index)
         assert curve.shape == (40,) and 0 < curve[-1] <= 1, name
         assert np.all(np.diff(curve) >= 0), name  # the best so far
+
+
+@pytest.mark.parametrize(("variant", "covered"), [
+    ("gp-ei-switch-cover", {(0, 1), (1, 0)}),  # the settings never held
+    ("gp-ei-switch-coverval", {(1, 1)}),  # s = 1 and t = 1, each held twice against three
+])
+def test_cover_variants_take_model_proposals_1_3_5_in_the_least_held_switches(
+    variant: str, covered: set[tuple[int, int]]
+) -> None:
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        from bench_replay import VARIANTS
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+    from spectune.autotune import History, ProposalContext, SpaceIndex
+    from spectune.space import Param, SearchSpace
+
+    index = SpaceIndex(SearchSpace(params=(Param("a", (1, 2, 3, 4, 5)), Param("b", (1, 2, 3)),
+                                           Param("s", (0, 1)), Param("t", (0, 1)))))
+    grid = [tuple(int(v) for v in g) for g in index.grid]
+    row = {g: r for r, g in enumerate(grid)}
+    # Five random configurations: three with both switches 0, two with both 1.
+    start = [(0, 0, 0, 0), (4, 2, 0, 0), (2, 1, 0, 0), (1, 0, 1, 1), (3, 2, 1, 1)]
+    more = [(0, 1, 0, 0), (1, 1, 0, 0), (2, 2, 0, 0)]
+
+    def candidates(strategy: object, n: int) -> set[tuple[int, ...]]:
+        rows = [row[g] for g in (start + more)[:n]]
+        available = np.ones(len(index), dtype=bool)
+        available[rows] = False
+        history = History(rows=np.array(rows), times=np.arange(1.0, n + 1), pending=np.array([]))
+        ctx = ProposalContext(index, history, available, np.random.default_rng(0), None, None)
+        proposed = strategy.propose(ctx)  # type: ignore[attr-defined]
+        chosen = {grid[r] for r in strategy._candidates(ctx)}  # type: ignore[attr-defined]
+        assert grid[proposed] in chosen
+        return chosen
+
+    strategy = VARIANTS[variant](0)
+    unseen = set(grid) - set(start)
+    # Model proposal 1 (evaluation 6): only the least-held switches, all of them.
+    assert candidates(strategy, 5) == {g for g in unseen if g[2:] in covered}
+    # Proposal 2: the whole space (global until 10), as gp-ei-switch.
+    assert candidates(strategy, 6) == unseen - {more[0]}
+    # Proposal 3 covers again (the three more held with both switches 0 change nothing).
+    assert candidates(strategy, 7) == {g for g in unseen - set(more) if g[2:] in covered}
 
 
 def test_leave_one_out_reports_peers_beside_and_never_chooses_them(tmp_path: Path) -> None:
