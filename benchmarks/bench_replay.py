@@ -45,6 +45,7 @@ from spectune.autotune._strategies import (  # noqa: E402
     GPStrategy,
     InterleavedStrategy,
     OptunaStrategy,
+    _switch_columns,
     _tpe,
 )
 from spectune.autotune._strategy import History, ProposalContext  # noqa: E402
@@ -212,6 +213,12 @@ class _ClippedGP(GPStrategy):
         return super().propose(ctx)
 
 
+def _fewest_held(codes: np.ndarray, held: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """The ``rows`` whose code (a switch setting) ``held`` rows have fewest of."""
+    count = np.bincount(codes[held], minlength=int(codes.max()) + 1)[codes[rows]]
+    return rows[count == count.min()]
+
+
 class _ContextTurns(GPStrategy):
     """``GPStrategy``'s switch turns (pass ``switch_turns=1.0``, the fitted noise's upper
     bound: however smooth the fit), each taken in the least-evaluated switch setting
@@ -221,12 +228,8 @@ class _ContextTurns(GPStrategy):
         h = ctx.history
         if self._settings is None or not self._switch_turn(h):
             return super()._candidates(ctx)
-        rows = np.flatnonzero(ctx.available)
-        counts = np.bincount(self._settings[np.concatenate([h.rows, h.pending]).astype(int)],
-                             minlength=int(self._settings.max()) + 1)
-        present = np.unique(self._settings[rows])
-        least = present[counts[present] == counts[present].min()]
-        return rows[np.isin(self._settings[rows], least)]
+        held = np.concatenate([h.rows, h.pending]).astype(int)
+        return _fewest_held(self._settings, held, np.flatnonzero(ctx.available))
 
 
 class _CoverSettings(GPStrategy):
@@ -246,12 +249,10 @@ class _CoverSettings(GPStrategy):
         rows = np.flatnonzero(ctx.available)
         held = np.concatenate([h.rows, h.pending]).astype(int)
         if self.by == "setting":
-            counts = np.bincount(self._settings[held], minlength=int(self._settings.max()) + 1)
-            score = counts[self._settings[rows]]
-        else:
-            grid = ctx.index.grid
-            switches = [j for j, v in enumerate(ctx.index.values) if len(v) == 2]
-            score = sum(np.bincount(grid[held, j], minlength=2)[grid[rows, j]] for j in switches)
+            return _fewest_held(self._settings, held, rows)
+        grid = ctx.index.grid
+        score = sum(np.bincount(grid[held, j], minlength=2)[grid[rows, j]]
+                    for j in _switch_columns(ctx.index))
         return rows[score == score.min()]
 
 

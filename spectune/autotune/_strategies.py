@@ -274,10 +274,15 @@ class GPStrategy(Strategy):
         return since >= self.stall and (since - self.stall) % 2 == 0
 
 
+def _switch_columns(index: SpaceIndex) -> list[int]:
+    """The columns of the switches: the two-valued parameters."""
+    return [j for j, v in enumerate(index.values) if len(v) == 2]
+
+
 def _switch_settings(index: SpaceIndex) -> np.ndarray | None:
     """Per row, a code of its switches' values (two-valued parameters; the same code, the
     same setting); ``None`` in a space without switches."""
-    switches = [j for j, v in enumerate(index.values) if len(v) == 2]
+    switches = _switch_columns(index)
     if not switches:
         return None
     _, codes = np.unique(index.grid[:, switches], axis=0, return_inverse=True)
