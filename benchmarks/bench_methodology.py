@@ -27,6 +27,12 @@ stated with the figures: the package's default axis is tuning time (compile and
 benchmark times summed), this one counts evaluations, as every other table of
 docs/replay.md does; and where the 95 % cut-off lies beyond ``--budget`` (the runs stop
 there), the range is cut at the budget and the space is marked as such in the output.
+``--budget full`` runs every space to its own cut-off, so no range is cut: the package's
+full-range score (slow: the cut-offs of the shared files and generated spaces 100-105
+lie at 51-1425 evaluations, and our GP's cost per proposal grows with the study).
+
+    python benchmarks/bench_methodology.py --synthetic 6 --synthetic-start 100 --repeats 10 \
+        --budget full --workers 2 --samplers auto,random --peers kt-genetic_algorithm
 """
 
 from __future__ import annotations
@@ -62,6 +68,9 @@ from bench_replay import (  # noqa: E402
 CUTOFF_START = 0.01
 CUTOFF_END = 0.95
 
+#: ``--budget`` value that runs each space to its own 95 % cut-off.
+FULL = "full"
+
 
 def package_statistics(t4: Path, workdir: Path) -> object:
     """The package's ``SearchspaceStatistics`` of a T4 file (it reads plain JSON only)."""
@@ -78,6 +87,28 @@ def package_statistics(t4: Path, workdir: Path) -> object:
         objective_time_keys=["compilation", "runtimes"], objective_performance_keys=["time"],
         full_search_space_file_path=plain, full_validate=False,
     )
+
+
+def cutoffs(stats: object) -> tuple[int, int]:
+    """The package's range of a space: its first and last evaluation (1 % and 95 %)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the package warns when it moves a cut-off
+        start, end, _, _ = stats.cutoff_point_fevals_time_start_end(  # type: ignore[attr-defined]
+            CUTOFF_START, CUTOFF_END)
+    return int(start), int(end)
+
+
+def _budget(text: str) -> int | str:
+    """``--budget``: a positive number of evaluations, or :data:`FULL`."""
+    if text == FULL:
+        return FULL
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"a number or {FULL!r}, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
 
 
 def score(stats: object, curves: np.ndarray, *, optimum: float) -> dict[str, object]:
@@ -106,10 +137,7 @@ def score(stats: object, curves: np.ndarray, *, optimum: float) -> dict[str, obj
     dist = stats.objective_performances_total_sorted  # type: ignore[attr-defined]
     if not np.isclose(dist[0], optimum, rtol=1e-9):
         raise ValueError(f"the package's optimum {dist[0]} is not the replay's {optimum}")
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # the package warns when it moves a cut-off
-        start, end, _, _ = stats.cutoff_point_fevals_time_start_end(  # type: ignore[attr-defined]
-            CUTOFF_START, CUTOFF_END)
+    start, end = cutoffs(stats)
     budget = curves.shape[1]
     stop = min(end, budget)
     if stop <= start:
@@ -148,7 +176,9 @@ def main() -> int:
     parser.add_argument("--peers", default="", help="kt-<strategy>,... (Kernel Tuner)")
     parser.set_defaults(noisy=False)  # exact answers only (bench_replay's peers read it)
     parser.add_argument("--repeats", type=int, default=30)
-    parser.add_argument("--budget", type=int, default=100)
+    parser.add_argument("--budget", type=_budget, default=100,
+                        help="evaluations per run, or 'full': each space to its 95 %% "
+                        "cut-off")
     parser.add_argument("--workers", type=int, default=1)
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
@@ -170,8 +200,10 @@ def main() -> int:
     for f in files:
         space = load_t4(f)
         stats = package_statistics(f, work)
+        budget = cutoffs(stats)[1] if args.budget == FULL else args.budget
         for name in names:
-            curves = _curves(space, name, args)
+            curves = _curves(space, name, argparse.Namespace(**{**vars(args),
+                                                                "budget": budget}))
             try:
                 row = {"file": space.name, "strategy": name, **score(stats, curves,
                                                                       optimum=space.optimum)}

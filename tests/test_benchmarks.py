@@ -297,3 +297,32 @@ def test_methodology_benchmark_scores_engine_and_peers_on_the_same_spaces(
     assert all(isinstance(r["score"], float) for r in rows)
     assert "| space | evaluations | auto | random | kt-random_sample |" in done.stdout
     assert "| **aggregate** |" in done.stdout
+
+
+def test_methodology_full_budget_runs_each_space_to_its_own_cutoff(tmp_path: Path) -> None:
+    """``--budget full``: each space's runs end at its 95 % cut-off, so no range is cut
+    and every score covers the package's whole range; a budget that is neither a
+    positive number nor ``full`` is a usage error."""
+    m = _methodology()
+    out = tmp_path / "m.json"
+    done = subprocess.run(
+        [sys.executable, "benchmarks/bench_methodology.py", "--no-shared", "--synthetic", "2",
+         "--synthetic-start", "3", "--repeats", "2", "--budget", "full",
+         "--samplers", "random", "--out", str(out)],
+        cwd=ROOT, capture_output=True, text=True, timeout=600, check=False,
+    )
+    assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
+    rows = json.loads(out.read_text())["rows"]
+    assert [r["file"] for r in rows] == ["synthetic3", "synthetic4"]
+    files = m.synthetic_files(tmp_path, count=2, start=3)  # the spaces the script made
+    for row, path in zip(rows, files, strict=True):
+        assert (row["first"], row["last"]) == m.cutoffs(m.package_statistics(path, tmp_path))
+        assert row["cutoff"] == row["last"] and row["cut_at_budget"] is False
+        assert isinstance(row["score"], float)
+    assert "cut-off" not in done.stdout.split("| synthetic3 |")[1].splitlines()[0]
+    for bad in ("0", "fully"):
+        failed = subprocess.run(
+            [sys.executable, "benchmarks/bench_methodology.py", "--no-shared", "--budget", bad],
+            cwd=ROOT, capture_output=True, text=True, timeout=600, check=False,
+        )
+        assert failed.returncode == 2 and "--budget" in failed.stderr, failed.stderr
