@@ -1,16 +1,20 @@
-"""What a proposal of ``auto`` costs as a study grows, with the GP's BLAS on one thread
-(as shipped) and on as many threads as BLAS picks by itself, side by side.
+"""What a proposal of ``auto`` costs as a study grows, side by side with variants of it:
+the GP's BLAS on as many threads as BLAS picks by itself instead of one (``blas``), and
+the GP conditioned on every observation and scoring every candidate however long the
+study, without the ``MODEL_POINTS`` and ``LATE_CANDIDATES`` limits (``all``).
 
     python benchmarks/bench_proposal_cost.py ../shared/tuning-spaces/convolution_A100_T4.json.gz \
         --repeats 5 --budget 200
+    python benchmarks/bench_proposal_cost.py ../shared/tuning-spaces/dedispersion_A100_T4.json.gz \
+        --repeats 2 --budget 800 --variants shipped,all
 
 Replays ``auto`` on a recorded space (exact answers, so every evaluation is free) and
 times each step from one evaluation to the next: the study read, the proposal (the GP's
-fit and acquisition) and Optuna's bookkeeping. Both variants run the same seeds, one
+fit and acquisition) and Optuna's bookkeeping. Every variant runs the same seeds, one
 after the other, in this process; the thread count is left to BLAS (no
 ``OPENBLAS_NUM_THREADS``), as in ``spectune sweep``. Prints, per variant, the mean
-milliseconds per evaluation over evaluations 2-100 and 101-``budget``, the slowest one,
-and the ratio of the two variants' means.
+milliseconds per evaluation over evaluations 2-100, 101-200, 201-400 and so on to
+``--budget``, the slowest one, and each variant's ratio to the first.
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import numpy as np
@@ -36,14 +40,30 @@ class _Unlimited(_gp.GaussianProcess):
     sample = _gp.GaussianProcess.sample.__wrapped__  # type: ignore[attr-defined]
 
 
+def _all_observations(y: np.ndarray, limit: int | None) -> np.ndarray:
+    """Every observation, so neither limit engages (``auto`` before the limits)."""
+    return np.arange(len(y))
+
+
+#: Variant key: its label, the GP class and the observation subset it runs with.
+VARIANTS: dict[str, tuple[str, type[_gp.GaussianProcess], Callable[..., np.ndarray]]] = {
+    "shipped": ("shipped", _gp.GaussianProcess, _strategies.model_subset),
+    "blas": ("BLAS's own threads", _Unlimited, _strategies.model_subset),
+    "all": ("all observations", _gp.GaussianProcess, _all_observations),
+}
+
+
 @contextlib.contextmanager
-def _gp_class(cls: type[_gp.GaussianProcess]) -> Iterator[None]:
-    held = _strategies.GaussianProcess
-    _strategies.GaussianProcess = cls  # type: ignore[misc]
+def _patched(
+    gp_class: type[_gp.GaussianProcess], subset: Callable[..., np.ndarray]
+) -> Iterator[None]:
+    held = _strategies.GaussianProcess, _strategies.model_subset
+    _strategies.GaussianProcess = gp_class  # type: ignore[misc]
+    _strategies.model_subset = subset
     try:
         yield
     finally:
-        _strategies.GaussianProcess = held  # type: ignore[misc]
+        _strategies.GaussianProcess, _strategies.model_subset = held  # type: ignore[misc]
 
 
 def _step_times(
@@ -64,29 +84,51 @@ def _step_times(
     return out
 
 
+def _windows(budget: int) -> list[tuple[int, int]]:
+    """Evaluation ranges the table reports: 2-100, then doubling (101-200, 201-400, ...),
+    the last one ending at ``budget``."""
+    out, lo, hi = [(2, 100)], 101, 200
+    while lo <= budget:
+        out.append((lo, min(hi, budget)))
+        lo, hi = hi + 1, 2 * hi
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("file", type=Path)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--budget", type=int, default=200)
+    parser.add_argument("--variants", default="shipped,blas",
+                        help=f"comma-separated, the first the reference: {', '.join(VARIANTS)}")
     args = parser.parse_args()
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     if args.budget < 101:
         parser.error("--budget must be at least 101")
-    space = load_t4(args.file)  # read and enumerated once for both variants
+    chosen = [v for v in args.variants.split(",") if v]
+    unknown = sorted(set(chosen) - set(VARIANTS))
+    if unknown or not chosen:
+        parser.error(f"--variants: choose among {', '.join(VARIANTS)}, got {args.variants!r}")
+    space = load_t4(args.file)  # read and enumerated once for every variant
     index = SpaceIndex(space.space)
+    windows = _windows(args.budget)
     means = {}
-    print(f"| GP's BLAS | ms/eval 2-100 | ms/eval 101-{args.budget} | slowest ms |")
-    print("|---|---|---|---|")
-    for name, cls in (("one thread (shipped)", _gp.GaussianProcess), ("BLAS's own", _Unlimited)):
-        with _gp_class(cls):
+    print("| variant | " + " | ".join(f"ms/eval {lo}-{hi}" for lo, hi in windows)
+          + " | slowest ms |")
+    print("|---" * (len(windows) + 2) + "|")
+    for key in chosen:
+        label, gp_class, subset = VARIANTS[key]
+        with _patched(gp_class, subset):
             steps = _step_times(space, index, repeats=args.repeats, budget=args.budget)
-        early, late = steps[:, 1:100].mean() * 1e3, steps[:, 100:].mean() * 1e3
-        means[name] = (early, late)
-        print(f"| {name} | {early:.1f} | {late:.1f} | {steps.max() * 1e3:.0f} |", flush=True)
-    (e1, l1), (e2, l2) = means.values()
-    print(f"\nBLAS's own / one thread: {e2 / e1:.2f}x at 2-100, {l2 / l1:.2f}x at "
-          f"101-{args.budget} ({args.repeats} seeds of {args.file.name})")
+        # steps[:, i] is the step that ends at evaluation i + 1
+        means[label] = [steps[:, lo - 1:hi].mean() * 1e3 for lo, hi in windows]
+        print(f"| {label} | " + " | ".join(f"{m:.1f}" for m in means[label])
+              + f" | {steps.max() * 1e3:.0f} |", flush=True)
+    ref, *others = means
+    for label in others:
+        ratios = ", ".join(f"{o / r:.2f}x at {lo}-{hi}" for o, r, (lo, hi)
+                           in zip(means[label], means[ref], windows, strict=True))
+        print(f"\n{label} / {ref}: {ratios} ({args.repeats} seeds of {args.file.name})")
 
 
 if __name__ == "__main__":

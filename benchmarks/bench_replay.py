@@ -381,6 +381,10 @@ VARIANTS = {
                                             switch_turns=TYPICAL_NOISE),
     "gp-ei-switch-coverval": functools.partial(_rough_variant, _CoverSettings, by="value",
                                                switch_turns=TYPICAL_NOISE),
+    # gp-ei-switch (auto) on every observation and candidate however long the study: auto
+    # before MODEL_POINTS / LATE_CANDIDATES (the same below 257 evaluations).
+    "gp-ei-switch-all": functools.partial(_rough_variant, GPStrategy,
+                                          switch_turns=TYPICAL_NOISE, model_points=None),
 }
 
 #: Synthetic spaces: (roughness, fail fraction) cycled over seeds.

@@ -179,7 +179,7 @@ def test_leave_one_out_reports_peers_beside_and_never_chooses_them(tmp_path: Pat
     assert "| held-out file | evals | ours (chosen) | tpe | random |" in done.stdout
 
 
-def test_proposal_cost_benchmark_times_both_blas_settings_on_the_same_seeds(
+def test_proposal_cost_benchmark_times_its_variants_on_the_same_seeds(
     tmp_path: Path,
 ) -> None:
     from spectune.autotune.replay import write_synthetic
@@ -187,14 +187,24 @@ def test_proposal_cost_benchmark_times_both_blas_settings_on_the_same_seeds(
     space = write_synthetic(tmp_path / "s.json.gz", seed=3)
     done = subprocess.run(
         [sys.executable, "benchmarks/bench_proposal_cost.py", str(space), "--repeats", "1",
-         "--budget", "105"],
+         "--budget", "205", "--variants", "shipped,blas,all"],
         cwd=ROOT, capture_output=True, text=True, timeout=600, check=False,
     )
     assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
     rows = [line for line in done.stdout.splitlines() if line.startswith("| ")]
-    assert rows[0] == "| GP's BLAS | ms/eval 2-100 | ms/eval 101-105 | slowest ms |"
-    assert [r.split(" | ")[0] for r in rows[1:]] == ["| one thread (shipped)", "| BLAS's own"]
-    assert "BLAS's own / one thread:" in done.stdout
+    assert rows[0] == ("| variant | ms/eval 2-100 | ms/eval 101-200 | ms/eval 201-205 | "
+                       "slowest ms |")
+    assert [r.split(" | ")[0] for r in rows[1:]] == [
+        "| shipped", "| BLAS's own threads", "| all observations"]
+    assert all(len(r.split(" | ")) == 5 for r in rows[1:])
+    assert "BLAS's own threads / shipped: " in done.stdout
+    assert "all observations / shipped: " in done.stdout
+    failed = subprocess.run(
+        [sys.executable, "benchmarks/bench_proposal_cost.py", str(space), "--variants",
+         "shipped,fast"],
+        cwd=ROOT, capture_output=True, text=True, timeout=600, check=False,
+    )
+    assert failed.returncode == 2 and "--variants" in failed.stderr, failed.stderr
 
 
 def test_early_picks_benchmark_gives_every_strategy_the_same_random_start(

@@ -12,8 +12,11 @@
   what the fit expects (the space is rough where the model looks), the proposal is a
   Thompson draw instead of expected improvement; when it fits smoothly (the basin is
   exhausted), every third proposal is taken among the configurations whose switches
-  (two-valued parameters) are set otherwise than the best's. Chosen by leave-one-out
-  over twelve recorded and generated spaces (docs/replay.md).
+  (two-valued parameters) are set otherwise than the best's. Past 256 observations the
+  GP conditions on the fastest 128 and the most recent of the rest, and each proposal
+  scores at most 2048 candidates (a uniform sample of its region), so a proposal's cost
+  stops growing with the study. Chosen by leave-one-out over twelve recorded and
+  generated spaces (docs/replay.md).
 * ``gp-ei-rough``: the same without the switch turns (``auto`` before ``gp-ei-switch``).
 * ``gp-ei-wide10``: ``gp-ei-rough`` with expected improvement on the lines however
   rough (``auto`` before ``gp-ei-rough``).
@@ -49,6 +52,8 @@ from spectune.autotune._space_index import SpaceIndex
 from spectune.autotune._strategy import History, ProposalContext, Strategy
 
 __all__ = [
+    "LATE_CANDIDATES",
+    "MODEL_POINTS",
     "STRATEGIES",
     "SWITCH_TURN_EVERY",
     "THOMPSON_CANDIDATES",
@@ -57,11 +62,22 @@ __all__ = [
     "OptunaStrategy",
     "RandomStrategy",
     "make_strategy",
+    "model_subset",
 ]
 
 
 #: Most candidates one Thompson draw covers (the draw is cubic in their number).
 THOMPSON_CANDIDATES = 1000
+
+#: Most observations the GP conditions on (its fit is cubic in their number, its
+#: prediction quadratic): past it, the fastest half and the most recent of the rest.
+MODEL_POINTS = 256
+
+#: Most candidates a proposal scores once the GP is at its ``MODEL_POINTS`` limit: a
+#: uniform sample of them past it (a prediction costs observations x candidates; on a
+#: space of ten thousand configurations, predictions were three quarters of a proposal's
+#: time at 600 evaluations, most of it in escapes over the whole space).
+LATE_CANDIDATES = 2048
 
 #: Every how many proposals a stalled, smooth search turns to other switch settings
 #: (``GPStrategy(switch_turns=...)``; measured in docs/replay.md).
@@ -130,10 +146,16 @@ class GPStrategy(Strategy):
             ``"worst"``: as successes as slow as the slowest one. Imputing them makes the
             model rank the neighbours of a failing region poor, and the fastest
             configurations often lie right next to a resource limit.
+        model_points: Most observations the model conditions on (see
+            :func:`model_subset`); past it, a proposal also scores at most
+            :data:`LATE_CANDIDATES` candidates, a uniform sample of its region. ``None``:
+            all observations and all candidates, whose cost grows with the study
+            without bound (docs/replay.md, "Cost per proposal").
 
-    The model is conditioned on all data at every proposal; its hyperparameters are
-    refitted at every proposal up to 50 observations, then every ``n // 25`` (the fit
-    is most of the cost and changes little from one observation to the next).
+    The model is conditioned on all data at every proposal, up to ``model_points``
+    observations; its hyperparameters are refitted at every proposal up to 50
+    observations, then every ``n // 25`` (the fit is most of the cost and changes little
+    from one observation to the next).
     """
 
     def __init__(
@@ -150,6 +172,7 @@ class GPStrategy(Strategy):
         rough_lines: float | None = None,
         switch_turns: float | None = None,
         failures: str = "ignore",
+        model_points: int | None = MODEL_POINTS,
     ) -> None:
         if acquisition not in ("ei", "thompson"):
             raise ValueError(f"acquisition must be 'ei' or 'thompson', got {acquisition!r}")
@@ -157,6 +180,8 @@ class GPStrategy(Strategy):
             raise ValueError(f"failures must be 'ignore' or 'worst', got {failures!r}")
         if elites < 1:
             raise ValueError(f"elites must be >= 1, got {elites}")
+        if model_points is not None and model_points < 2:
+            raise ValueError(f"model_points must be >= 2 or None, got {model_points}")
         self.n_init = n_init
         self.radius = radius
         self.global_until = global_until
@@ -168,6 +193,7 @@ class GPStrategy(Strategy):
         self.rough_lines = rough_lines
         self.switch_turns = switch_turns
         self.failures = failures
+        self.model_points = model_points
         self.name = "gp" if radius is None else "gp-tr"
         if acquisition == "thompson":
             self.name += "-ts"
@@ -195,9 +221,12 @@ class GPStrategy(Strategy):
         refit = n <= 50 or n - self._fitted_at >= n // 25 or n < self._fitted_at
         if refit:
             self._fitted_at = n
-        self._gp.fit(feats[rows], y, optimize=refit)
+        keep = model_subset(y, self.model_points)
+        self._gp.fit(feats[rows[keep]], y[keep], optimize=refit)
 
         candidates = self._candidates(ctx)
+        if len(keep) < n and len(candidates) > LATE_CANDIDATES:
+            candidates = ctx.rng.choice(candidates, LATE_CANDIDATES, replace=False)
         acquisition = self.acquisition
         if self._rough_lines(h):
             acquisition = "thompson"
@@ -272,6 +301,23 @@ class GPStrategy(Strategy):
             return False
         since = self._since_best(history)
         return since >= self.stall and (since - self.stall) % 2 == 0
+
+
+def model_subset(y: np.ndarray, limit: int | None) -> np.ndarray:
+    """Which of the observations ``y`` (in trial order) the GP conditions on.
+
+    All of them up to ``limit`` (``None``: no limit); past it, the ``limit // 2`` fastest
+    and, of the rest, the most recent: what the search is near now, and the region it
+    has already left summarised by its best points, so the model's cost stops growing
+    with the study while the configurations that decide the next proposal stay in it.
+    Positions into ``y``, ascending.
+    """
+    n = len(y)
+    if limit is None or n <= limit:
+        return np.arange(n)
+    fastest = np.argsort(y, kind="stable")[: limit // 2]
+    rest = np.setdiff1d(np.arange(n), fastest)  # ascending: trial order
+    return np.sort(np.r_[fastest, rest[len(rest) - (limit - len(fastest)):]])
 
 
 def _switch_columns(index: SpaceIndex) -> list[int]:

@@ -8,13 +8,15 @@ import numpy as np
 import optuna
 import pytest
 
-from spectune.autotune import History, Outcome, ProposalContext, SpaceIndex, search
+from spectune.autotune import History, Outcome, ProposalContext, SpaceIndex, _strategies, search
 from spectune.autotune._gp import TYPICAL_NOISE, GaussianProcess
 from spectune.autotune._strategies import (
+    MODEL_POINTS,
     STRATEGIES,
     SWITCH_TURN_EVERY,
     GPStrategy,
     make_strategy,
+    model_subset,
 )
 from spectune.space import Param, SearchSpace
 
@@ -344,6 +346,58 @@ def test_default_finds_an_aligned_optimum_of_a_rough_space(seed: int) -> None:
     assert best == optimum
     result = search(_needle, space=space, max_evals=40, sampler="auto", seed=seed)
     assert result.best_config == optimum
+
+
+def test_past_its_limit_the_model_keeps_the_fastest_half_and_the_most_recent() -> None:
+    y = np.array([5.0, 1.0, 4.0, 0.5, 3.0, 2.0, 6.0, 7.0])
+    assert model_subset(y, None).tolist() == list(range(8))
+    assert model_subset(y, 8).tolist() == list(range(8))  # at the limit: all
+    # the two fastest (positions 3 and 1, however old) and the two latest of the rest
+    assert model_subset(y, 4).tolist() == [1, 3, 6, 7]
+    assert model_subset(y, 5).tolist() == [1, 3, 5, 6, 7]  # odd: the recent get one more
+    ties = np.array([1.0, 1.0, 1.0, 2.0, 3.0])
+    assert model_subset(ties, 2).tolist() == [0, 4]  # ties: the earlier counts as faster
+    assert make_strategy("auto", seed=0).model_points == MODEL_POINTS
+    with pytest.raises(ValueError, match="model_points must be >= 2 or None, got 1"):
+        GPStrategy(model_points=1)
+
+
+@pytest.mark.parametrize("model_points", [None, 24])
+def test_the_gp_conditions_on_at_most_model_points_observations_and_then_scores_fewer_candidates(
+    model_points: int | None, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    scored: list[int] = []
+
+    class Recording(GaussianProcess):  # the real GP, recording how many it scores
+        def predict(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+            scored.append(len(x))
+            return super().predict(x)
+
+    monkeypatch.setattr(_strategies, "GaussianProcess", Recording)
+    monkeypatch.setattr(_strategies, "LATE_CANDIDATES", 10)
+    space, _ = _needle_space()
+    index = SpaceIndex(space)
+    rows = list(np.random.default_rng(0).permutation(len(index))[:60])
+    times = [_needle(index.config(r)).time for r in rows]  # type: ignore[arg-type]
+    times[7] = float("nan")  # a failure: the slowest success, in the regression
+    strategy = make_strategy("auto", seed=0)
+    assert isinstance(strategy, GPStrategy)
+    strategy.model_points = model_points
+    ctx = _context(index, rows, times)
+    region = len(strategy._candidates(ctx)) if model_points is None else 0
+    proposed = strategy.propose(ctx)
+    assert proposed is not None and proposed not in rows
+    y = np.log(np.array(times))
+    y = np.where(np.isnan(y), np.nanmax(y), y)
+    keep = np.arange(60) if model_points is None else model_subset(y, model_points)
+    assert len(keep) == (60 if model_points is None else 24)
+    assert int(np.argmin(y)) in keep
+    features = index.features(alignment=True)
+    assert strategy._gp is not None and strategy._gp._x is not None
+    np.testing.assert_array_equal(strategy._gp._x, features[np.array(rows)[keep]])
+    # past the limit a proposal scores LATE_CANDIDATES of its region; within it, all
+    assert scored == ([region] if model_points is None else [10])
+    assert model_points is not None or region > 10
 
 
 @pytest.mark.parametrize("failures", ["ignore", "worst"])
