@@ -75,8 +75,8 @@ MODEL_POINTS = 256
 
 #: Most candidates a proposal scores once the GP is at its ``MODEL_POINTS`` limit: a
 #: uniform sample of them past it (a prediction costs observations x candidates; on a
-#: space of ten thousand configurations, predictions were three quarters of a proposal's
-#: time at 600 evaluations, most of it in escapes over the whole space).
+#: space of 11130 configurations, whose escapes score them all, predictions were three
+#: quarters of a proposal's time at 600 evaluations with the observation limit alone).
 LATE_CANDIDATES = 2048
 
 #: Every how many proposals a stalled, smooth search turns to other switch settings
