@@ -22,14 +22,14 @@ from __future__ import annotations
 import argparse
 import contextlib
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 import optuna
 
-from spectune.autotune import SpaceIndex, _gp, _strategies
-from spectune.autotune.replay import RecordedSpace, engine_run, load_t4
+from spectune.autotune import SpaceIndex, Strategy, _gp, _strategies
+from spectune.autotune.replay import RecordedSpace, StrategyFactory, engine_run, load_t4
 
 
 class _Unlimited(_gp.GaussianProcess):
@@ -40,34 +40,39 @@ class _Unlimited(_gp.GaussianProcess):
     sample = _gp.GaussianProcess.sample.__wrapped__  # type: ignore[attr-defined]
 
 
-def _all_observations(y: np.ndarray, limit: int | None) -> np.ndarray:
-    """Every observation, so neither limit engages (``auto`` before the limits)."""
-    return np.arange(len(y))
+def _auto_without_limits(seed: int) -> Strategy:
+    """``auto`` on every observation and candidate (``auto`` before the limits)."""
+    strategy = _strategies.make_strategy("auto", seed=seed)
+    assert isinstance(strategy, _strategies.GPStrategy)
+    strategy.model_points = None
+    return strategy
 
 
-#: Variant key: its label, the GP class and the observation subset it runs with.
-VARIANTS: dict[str, tuple[str, type[_gp.GaussianProcess], Callable[..., np.ndarray]]] = {
-    "shipped": ("shipped", _gp.GaussianProcess, _strategies.model_subset),
-    "blas": ("BLAS's own threads", _Unlimited, _strategies.model_subset),
-    "all": ("all observations", _gp.GaussianProcess, _all_observations),
+#: Variant key: its label, the GP class and the strategy it runs with.
+VARIANTS: dict[str, tuple[str, type[_gp.GaussianProcess], str | StrategyFactory]] = {
+    "shipped": ("shipped", _gp.GaussianProcess, "auto"),
+    "blas": ("BLAS's own threads", _Unlimited, "auto"),
+    "all": ("all observations", _gp.GaussianProcess, _auto_without_limits),
 }
 
 
 @contextlib.contextmanager
-def _patched(
-    gp_class: type[_gp.GaussianProcess], subset: Callable[..., np.ndarray]
-) -> Iterator[None]:
-    held = _strategies.GaussianProcess, _strategies.model_subset
-    _strategies.GaussianProcess = gp_class  # type: ignore[misc]
-    _strategies.model_subset = subset
+def _gp_class(cls: type[_gp.GaussianProcess]) -> Iterator[None]:
+    held = _strategies.GaussianProcess
+    _strategies.GaussianProcess = cls  # type: ignore[misc]
     try:
         yield
     finally:
-        _strategies.GaussianProcess, _strategies.model_subset = held  # type: ignore[misc]
+        _strategies.GaussianProcess = held  # type: ignore[misc]
 
 
 def _step_times(
-    space: RecordedSpace, index: SpaceIndex, *, repeats: int, budget: int
+    space: RecordedSpace,
+    index: SpaceIndex,
+    *,
+    sampler: str | StrategyFactory,
+    repeats: int,
+    budget: int,
 ) -> np.ndarray:
     """Seconds from each evaluation to the next, per seed (column 0 unused)."""
     out = np.zeros((repeats, budget))
@@ -78,7 +83,7 @@ def _step_times(
 
     for seed in range(repeats):
         stamps.clear()
-        engine_run(space, budget=budget, sampler="auto", seed=seed, index=index,
+        engine_run(space, budget=budget, sampler=sampler, seed=seed, index=index,
                    on_evaluation=stamp)
         out[seed, 1:] = np.diff(stamps)
     return out
@@ -117,9 +122,10 @@ def main() -> None:
           + " | slowest ms |")
     print("|---" * (len(windows) + 2) + "|")
     for key in chosen:
-        label, gp_class, subset = VARIANTS[key]
-        with _patched(gp_class, subset):
-            steps = _step_times(space, index, repeats=args.repeats, budget=args.budget)
+        label, gp_class, sampler = VARIANTS[key]
+        with _gp_class(gp_class):
+            steps = _step_times(space, index, sampler=sampler, repeats=args.repeats,
+                                budget=args.budget)
         # steps[:, i] is the step that ends at evaluation i + 1
         means[label] = [steps[:, lo - 1:hi].mean() * 1e3 for lo, hi in windows]
         print(f"| {label} | " + " | ".join(f"{m:.1f}" for m in means[label])

@@ -289,19 +289,27 @@ def test_methodology_score_is_one_at_the_optimum_and_below_zero_at_the_slowest(
         m.score(stats, np.full((3, budget), 0.123456789), optimum=space.optimum)
 
 
+def _run_methodology(
+    tmp_path: Path, *args: str
+) -> tuple[subprocess.CompletedProcess[str], list[dict[str, object]]]:
+    """``bench_methodology.py --no-shared *args``, which must succeed, and its rows."""
+    out = tmp_path / "m.json"
+    done = subprocess.run(
+        [sys.executable, "benchmarks/bench_methodology.py", "--no-shared", *args,
+         "--out", str(out)],
+        cwd=ROOT, capture_output=True, text=True, timeout=600, check=False,
+    )
+    assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
+    return done, json.loads(out.read_text())["rows"]
+
+
 def test_methodology_benchmark_scores_engine_and_peers_on_the_same_spaces(
     tmp_path: Path,
 ) -> None:
     _methodology()
-    out = tmp_path / "m.json"
-    done = subprocess.run(
-        [sys.executable, "benchmarks/bench_methodology.py", "--no-shared", "--synthetic", "2",
-         "--repeats", "2", "--budget", "30", "--samplers", "auto,random",
-         "--peers", "kt-random_sample", "--out", str(out)],
-        cwd=ROOT, capture_output=True, text=True, timeout=600, check=False,
-    )
-    assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
-    rows = json.loads(out.read_text())["rows"]
+    done, rows = _run_methodology(
+        tmp_path, "--synthetic", "2", "--repeats", "2", "--budget", "30",
+        "--samplers", "auto,random", "--peers", "kt-random_sample")
     assert {(r["file"], r["strategy"]) for r in rows} == {
         (f"synthetic{i}", s) for i in (0, 1) for s in ("auto", "random", "kt-random_sample")}
     assert all(isinstance(r["score"], float) for r in rows)
@@ -314,15 +322,9 @@ def test_methodology_full_budget_runs_each_space_to_its_own_cutoff(tmp_path: Pat
     and every score covers the package's whole range; a budget that is neither a
     positive number nor ``full`` is a usage error."""
     m = _methodology()
-    out = tmp_path / "m.json"
-    done = subprocess.run(
-        [sys.executable, "benchmarks/bench_methodology.py", "--no-shared", "--synthetic", "2",
-         "--synthetic-start", "3", "--repeats", "2", "--budget", "full",
-         "--samplers", "random", "--out", str(out)],
-        cwd=ROOT, capture_output=True, text=True, timeout=600, check=False,
-    )
-    assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
-    rows = json.loads(out.read_text())["rows"]
+    done, rows = _run_methodology(
+        tmp_path, "--synthetic", "2", "--synthetic-start", "3", "--repeats", "2",
+        "--budget", "full", "--samplers", "random")
     assert [r["file"] for r in rows] == ["synthetic3", "synthetic4"]
     files = m.synthetic_files(tmp_path, count=2, start=3)  # the spaces the script made
     for row, path in zip(rows, files, strict=True):
