@@ -46,6 +46,7 @@ from spectune.autotune._strategies import (  # noqa: E402
     InterleavedStrategy,
     OptunaStrategy,
     _switch_columns,
+    _switch_settings,
     _tpe,
 )
 from spectune.autotune._strategy import History, ProposalContext  # noqa: E402
@@ -208,9 +209,76 @@ class _ClippedGP(GPStrategy):
 
     def propose(self, ctx: ProposalContext) -> int | None:
         if self._features is None and len(ctx.history.rows) >= self.n_init:
-            self._features = ctx.index.features(alignment=self.alignment)
-            self._gp = _ClippedGaussianProcess(self._features.shape[1], quantile=self.quantile)
+            _build_model(self, ctx, _ClippedGaussianProcess, quantile=self.quantile)
         return super().propose(ctx)
+
+
+def _build_model(
+    strategy: GPStrategy, ctx: ProposalContext, cls: type[GaussianProcess], **kw: object
+) -> None:
+    """What ``GPStrategy.propose`` builds at its first model proposal, with the GP a
+    ``cls``: the features, the model and the switch settings."""
+    strategy._features = ctx.index.features(alignment=strategy.alignment)
+    strategy._gp = cls(strategy._features.shape[1], **kw)  # type: ignore[arg-type]
+    strategy._settings = _switch_settings(ctx.index)
+
+
+class _HidingGaussianProcess(GaussianProcess):
+    """The rows of ``hidden`` (feature vectors) are left out of the fit."""
+
+    hidden: np.ndarray | None = None
+
+    def fit(self, x: np.ndarray, y: np.ndarray, *, optimize: bool = True) -> None:
+        if self.hidden is not None and len(self.hidden):
+            drop = (x[:, None, :] == self.hidden[None, :, :]).all(axis=2).any(axis=1)
+            if (~drop).sum() >= 2:
+                x, y = x[~drop], y[~drop]
+        super().fit(x, y, optimize=optimize)
+
+
+class _NearTurns(GPStrategy):
+    """``gp-ei-switch``'s turns to other switch settings, each among the configurations
+    that change at most ``others`` parameters besides the switches (``None``: any, as
+    ``gp-ei-switch``); the whole other-setting set where that holds none."""
+
+    def __init__(self, *, others: int | None = None, **kw: object) -> None:
+        super().__init__(**kw)  # type: ignore[arg-type]
+        self.others = others
+
+    def _candidates(self, ctx: ProposalContext) -> np.ndarray:
+        candidates = super()._candidates(ctx)
+        h = ctx.history
+        if self.others is None or self._gp is None or not self._switch_turn(h):
+            return candidates
+        free = np.ones(len(ctx.index.names), dtype=bool)
+        free[_switch_columns(ctx.index)] = False
+        grid = ctx.index.grid[candidates][:, free]
+        best = ctx.index.grid[h.best_row()][free]
+        near = candidates[(grid != best).sum(axis=1) <= self.others]
+        return near if len(near) else candidates
+
+
+class _RoughRegion(GPStrategy):
+    """On rough lines (``rough_lines``), the Thompson draw covers the lines and the trust
+    region around the best (``mode="union"``), or takes them in turns, the region at odd
+    counts of evaluations since the best (``mode="alt"``)."""
+
+    def __init__(self, *, mode: str, **kw: object) -> None:
+        super().__init__(**kw)  # type: ignore[arg-type]
+        self.mode = mode
+
+    def _candidates(self, ctx: ProposalContext) -> np.ndarray:
+        lines = super()._candidates(ctx)
+        h = ctx.history
+        if self._gp is None or not self._rough_lines(h):
+            return lines
+        available = np.flatnonzero(ctx.available)
+        grid = ctx.index.grid[available]
+        assert self.radius is not None
+        region = available[(grid != ctx.index.grid[h.best_row()]).sum(axis=1) <= self.radius]
+        if self.mode == "union":
+            return np.union1d(lines, region)
+        return region if self._since_best(h) % 2 == 1 and len(region) else lines
 
 
 def _fewest_held(codes: np.ndarray, held: np.ndarray, rows: np.ndarray) -> np.ndarray:
@@ -232,19 +300,39 @@ class _ContextTurns(GPStrategy):
         return _fewest_held(self._settings, held, np.flatnonzero(ctx.available))
 
 
-class _CoverSettings(GPStrategy):
-    """Model proposals 1, 3 and 5 (evaluations 6, 8 and 10 after five random ones) taken
-    among the configurations whose switches the history holds fewest of: by setting
-    (``by="setting"``, the combination of the switches' values) or by value (``by="value"``,
-    each switch's value counted apart, the counts summed), by expected improvement there."""
+class _CoverSettings(_NearTurns):
+    """Model proposals 1, 3 and 5 (evaluations 6, 8 and 10 after five random ones; ``at``:
+    others, counted from 0) taken among the configurations whose switches the history
+    holds fewest of: by setting (``by="setting"``, the combination of the switches'
+    values) or by value (``by="value"``, each switch's value counted apart, the counts
+    summed), by expected improvement there. With ``hide``, a probe that is not the best
+    is left out of the model's fit (one configuration says little of its setting's
+    best, and left unevaluated a setting stays uncertain). ``others``: as
+    :class:`_NearTurns`."""
 
-    def __init__(self, *, by: str, **kw: object) -> None:
-        super().__init__(**kw)  # type: ignore[arg-type]
+    def __init__(
+        self, *, by: str, at: tuple[int, ...] = (0, 2, 4), hide: bool = False, **kw: object
+    ) -> None:
+        super().__init__(**kw)
         self.by = by
+        self.at = at
+        self.hide = hide
+
+    def propose(self, ctx: ProposalContext) -> int | None:
+        h = ctx.history
+        if self.hide and self._features is None and len(h.rows) >= self.n_init:
+            _build_model(self, ctx, _HidingGaussianProcess)
+        if self.hide and isinstance(self._gp, _HidingGaussianProcess):
+            assert self._features is not None
+            best = h.best_row()
+            probes = [int(h.rows[self.n_init + a]) for a in self.at
+                      if self.n_init + a < len(h.rows)]
+            self._gp.hidden = self._features[[r for r in probes if r != best]]
+        return super().propose(ctx)
 
     def _candidates(self, ctx: ProposalContext) -> np.ndarray:
         h = ctx.history
-        if self._settings is None or len(h.rows) - self.n_init not in (0, 2, 4):
+        if self._settings is None or len(h.rows) - self.n_init not in self.at:
             return super()._candidates(ctx)
         rows = np.flatnonzero(ctx.available)
         held = np.concatenate([h.rows, h.pending]).astype(int)
@@ -381,6 +469,33 @@ VARIANTS = {
                                             switch_turns=TYPICAL_NOISE),
     "gp-ei-switch-coverval": functools.partial(_rough_variant, _CoverSettings, by="value",
                                                switch_turns=TYPICAL_NOISE),
+    # Written after the 100-seed tables of gp-ei-switch (auto): on rough lines the draw
+    # also covers the trust region (-rtr) or takes it in turns (-rtr-alt), for the
+    # runner-up seeds of convolution_A100 (the optimum two parameters from the
+    # runner-up); the switch turns kept within one / two changes besides the switches
+    # (-near1, -near2), for convolution_A4000's trap (its optimum two parameters from the
+    # trap's best); -cover / -coverval at fewer proposals (-cs1 / -cv1: the first only;
+    # -cs13 / -cv13: the first and third), and with the probes that are not the best hidden
+    # from the model (-hcover, -hcoverval, -hcv13; -n1: with -near1's turns), for
+    # convolution_A4000 at 50, which covering cost.
+    **{f"gp-ei-switch-{tag}": functools.partial(_rough_variant, cls, switch_turns=TYPICAL_NOISE,
+                                                **kw)
+       for tag, cls, kw in [
+           ("rtr", _RoughRegion, {"mode": "union"}),
+           ("rtr-alt", _RoughRegion, {"mode": "alt"}),
+           ("near1", _NearTurns, {"others": 1}),
+           ("near2", _NearTurns, {"others": 2}),
+           ("cs1", _CoverSettings, {"by": "setting", "at": (0,)}),
+           ("cv1", _CoverSettings, {"by": "value", "at": (0,)}),
+           ("cs13", _CoverSettings, {"by": "setting", "at": (0, 2)}),
+           ("cv13", _CoverSettings, {"by": "value", "at": (0, 2)}),
+           ("hcover", _CoverSettings, {"by": "setting", "hide": True}),
+           ("hcoverval", _CoverSettings, {"by": "value", "hide": True}),
+           ("hcv13", _CoverSettings, {"by": "value", "at": (0, 2), "hide": True}),
+           ("hcv13-n1", _CoverSettings, {"by": "value", "at": (0, 2), "hide": True,
+                                         "others": 1}),
+           ("hcv1-n1", _CoverSettings, {"by": "value", "at": (0,), "hide": True, "others": 1}),
+       ]},
     # gp-ei-switch (auto) on every observation and candidate however long the study: auto
     # before MODEL_POINTS / LATE_CANDIDATES (the same below 257 evaluations).
     "gp-ei-switch-all": functools.partial(_rough_variant, GPStrategy,

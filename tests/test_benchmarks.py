@@ -160,6 +160,93 @@ def test_cover_variants_take_model_proposals_1_3_5_in_the_least_held_switches(
     assert candidates(strategy, 7) == {g for g in unseen - set(more) if g[2:] in covered}
 
 
+def _variant_classes() -> dict[str, type]:
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        import bench_replay
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+    return {"VARIANTS": bench_replay.VARIANTS,  # type: ignore[dict-item]
+            "_NearTurns": bench_replay._NearTurns, "_RoughRegion": bench_replay._RoughRegion}
+
+
+def _small_context(rows: list[int], times: list[float]) -> tuple[object, list[tuple[int, ...]]]:
+    """A proposal context on a 5 x 3 space with two switches, after ``rows``."""
+    from spectune.autotune import History, ProposalContext, SpaceIndex
+    from spectune.space import Param, SearchSpace
+
+    index = SpaceIndex(SearchSpace(params=(Param("a", (1, 2, 3, 4, 5)), Param("b", (1, 2, 3)),
+                                           Param("s", (0, 1)), Param("t", (0, 1)))))
+    available = np.ones(len(index), dtype=bool)
+    available[rows] = False
+    history = History(rows=np.array(rows), times=np.array(times), pending=np.array([]))
+    ctx = ProposalContext(index, history, available, np.random.default_rng(0), None, None)
+    return ctx, [tuple(int(v) for v in g) for g in index.grid]
+
+
+def test_near_turns_change_the_switches_and_at_most_one_other_parameter() -> None:
+    """``gp-ei-switch-near1``'s turn (forced here; when it fires is ``auto``'s own rule,
+    tested in tests/autotune) keeps to the best's other values but one."""
+    classes = _variant_classes()
+
+    class Turning(classes["_NearTurns"]):  # type: ignore[misc, valid-type]
+        def _switch_turn(self, history: object) -> bool:
+            return True
+
+    strategy = Turning(others=1, failures="worst", alignment=True, lines_after=16)
+    ctx, grid = _small_context([0, 7, 14, 21, 28, 35], [5.0, 4.0, 1.0, 3.0, 6.0, 2.0])
+    best = grid[ctx.history.best_row()]  # type: ignore[attr-defined]
+    proposed = strategy.propose(ctx)
+    chosen = {grid[r] for r in strategy._candidates(ctx)}
+    assert grid[proposed] in chosen
+    seen = {grid[r] for r in ctx.history.rows}  # type: ignore[attr-defined]
+    assert chosen == {g for g in set(grid) - seen
+                      if g[2:] != best[2:] and (g[0] != best[0]) + (g[1] != best[1]) <= 1}
+    # Without the limit, the turn is auto's: every configuration of another setting.
+    strategy = Turning(others=None, failures="worst", alignment=True, lines_after=16)
+    strategy.propose(ctx)
+    assert {grid[r] for r in strategy._candidates(ctx)} == {
+        g for g in set(grid) - seen if g[2:] != best[2:]}
+
+
+@pytest.mark.parametrize("mode", ["union", "alt"])
+def test_rough_region_draws_also_cover_the_trust_region(mode: str) -> None:
+    """``gp-ei-switch-rtr`` / ``-rtr-alt`` on rough lines (forced here): the lines through
+    the elites and the radius-2 region around the best, together or in turns."""
+    classes = _variant_classes()
+
+    class Rough(classes["_RoughRegion"]):  # type: ignore[misc, valid-type]
+        def _rough_lines(self, history: object) -> bool:
+            return True
+
+    rows = [0, 7, 14, 21, 28, 35, 41, 50]
+    times = [5.0, 4.0, 1.0, 3.0, 6.0, 2.0, 7.0, 8.0]
+    ctx, grid = _small_context(rows, times)
+    strategy = Rough(mode=mode, failures="worst", alignment=True, lines_after=5, elites=2)
+    strategy.propose(ctx)
+    seen = {grid[r] for r in rows}
+    best, second = grid[14], grid[35]
+    lines = {g for g in set(grid) - seen
+             if min(sum(a != b for a, b in zip(g, c, strict=True)) for c in (best, second)) <= 1}
+    region = {g for g in set(grid) - seen if sum(a != b for a, b in zip(g, best, strict=True)) <= 2}
+    chosen = {grid[r] for r in strategy._candidates(ctx)}
+    # Five evaluations since the best: odd, so the alternating draw takes the region.
+    assert chosen == (lines | region if mode == "union" else region)
+
+
+def test_hidden_probes_leave_the_model_unless_they_are_the_best() -> None:
+    """``gp-ei-switch-hcover``: the probes at evaluations 6, 8 and 10 are left out of the
+    GP's fit, but for the one that is the best so far."""
+    strategy = _variant_classes()["VARIANTS"]["gp-ei-switch-hcover"](0)
+    rows = [0, 7, 14, 21, 28, 35, 41, 50, 3, 9]
+    times = [5.0, 4.0, 6.0, 3.0, 7.0, 8.0, 9.0, 1.0, 4.5, 2.0]  # probes: 35, 50 (best), 9
+    ctx, _ = _small_context(rows, times)
+    strategy.propose(ctx)
+    feats = ctx.index.features(alignment=True)  # type: ignore[attr-defined]
+    fitted = {tuple(x) for x in strategy._gp._x}
+    assert fitted == {tuple(feats[r]) for r in rows if r not in (35, 9)}
+
+
 def test_leave_one_out_reports_peers_beside_and_never_chooses_them(tmp_path: Path) -> None:
     out = tmp_path / "loo.json"
     done = subprocess.run(
