@@ -570,6 +570,7 @@ def main() -> int:
                 "repeats": args.repeats,
                 "noisy": args.noisy,
                 "hit95_at_100": float(np.mean(at100 >= 0.95)),
+                "median95_at": median_reaches(report.engine_curves, 0.95),
                 "seconds_per_run": seconds,
                 **report.to_json(),
             }
@@ -589,6 +590,7 @@ def main() -> int:
             )
             print(
                 f"{space.name:28s} {name:14s} {cells} hit95@100={row['hit95_at_100']:.2f} "
+                f"median95@{row['median95_at'] or '-'} "
                 f"({seconds:.1f}s/run)",
                 flush=True,
             )
@@ -620,6 +622,15 @@ def _kt_report(space: object, strategy: str, args: argparse.Namespace) -> object
                          f"({exc})") from None
     return kt_replay(space, strategy=strategy, budget=args.budget,  # type: ignore[arg-type]
                      repeats=args.repeats, workers=args.workers)
+
+
+def median_reaches(curves: np.ndarray, level: float) -> int | None:
+    """The first evaluation (from 1) at which the median over seeds of the best so far
+    (``curves``: seeds x evaluations, fractions of the optimum) is at ``level`` or above;
+    ``None`` when it never is within the budget. A cell at a fixed budget says which side
+    of it a median lies; this says by how many evaluations."""
+    reached = np.flatnonzero(np.median(curves, axis=0) >= level)
+    return int(reached[0]) + 1 if len(reached) else None
 
 
 def selection_score(run: dict[str, object]) -> float:

@@ -264,8 +264,28 @@ def test_leave_one_out_reports_peers_beside_and_never_chooses_them(tmp_path: Pat
         tpe = next(r for r in runs if r["file"] == held["file"] and r["sampler"] == "tpe")
         assert held["peers"]["tpe"] == tpe["results"]
     assert "| held-out file | evals | ours (chosen) | tpe | random |" in done.stdout
+    for run in runs:  # where the median reaches 95 %, printed beside the cells
+        at = run["median95_at"]
+        assert at is None or 1 <= at <= 20
+        assert f"median95@{at or '-'} " in done.stdout
 
 
+def test_median_reaches_is_the_first_evaluation_whose_median_is_at_the_level() -> None:
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        from bench_replay import median_reaches
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+    curves = np.array([[0.5, 0.9, 0.96, 1.0],
+                       [0.2, 0.95, 0.95, 0.95],
+                       [0.1, 0.3, 0.5, 1.0]])
+    # Medians per evaluation: 0.2, 0.9, 0.95, 1.0 (no single seed's curve decides).
+    assert median_reaches(curves, 0.95) == 3
+    assert median_reaches(curves, 0.9) == 2
+    assert median_reaches(curves, 1.0) == 4
+    assert median_reaches(curves, 1.01) is None
+    # An even number of seeds: the mean of the middle two (0.9 and 1.0 at the first).
+    assert median_reaches(np.array([[0.9, 1.0], [1.0, 1.0]]), 0.95) == 1
 def test_proposal_cost_benchmark_times_its_variants_on_the_same_seeds(
     tmp_path: Path,
 ) -> None:
