@@ -301,14 +301,14 @@ class _ContextTurns(GPStrategy):
 
 
 class _CoverSettings(_NearTurns):
-    """Model proposals 1, 3 and 5 (evaluations 6, 8 and 10 after five random ones; ``at``:
-    others, counted from 0) taken among the configurations whose switches the history
-    holds fewest of: by setting (``by="setting"``, the combination of the switches'
-    values) or by value (``by="value"``, each switch's value counted apart, the counts
-    summed), by expected improvement there. With ``hide``, a probe that is not the best
-    is left out of the model's fit (one configuration says little of its setting's
-    best, and left unevaluated a setting stays uncertain). ``others``: as
-    :class:`_NearTurns`."""
+    """Model proposals 1, 3 and 5 (evaluations 6, 8 and 10 after five random ones; ``at``
+    names others, counting the first model proposal as 0) taken among the configurations
+    whose switches the history holds fewest of: by setting (``by="setting"``, the
+    combination of the switches' values) or by value (``by="value"``, each switch's value
+    counted apart, the counts summed), by expected improvement there. With ``hide``, a
+    probe that is not the best is left out of the model's fit (one configuration says
+    little of its setting's best, and left unevaluated a setting stays uncertain).
+    ``others``: as :class:`_NearTurns`."""
 
     def __init__(
         self, *, by: str, at: tuple[int, ...] = (0, 2, 4), hide: bool = False, **kw: object
