@@ -4,16 +4,27 @@ the GPU sessions that run it for real (scripts/gpu_check.sh)."""
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import subprocess
 import sys
 from pathlib import Path
+from types import ModuleType
 
 import numpy as np
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
+
+
+def _benchmark(name: str) -> ModuleType:
+    """The benchmark script ``benchmarks/<name>.py``, imported as a module."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        return importlib.import_module(name)
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 
@@ -72,11 +83,7 @@ def test_kernel_tuner_peers_replay_the_same_space_and_seeds(tmp_path: Path) -> N
     lets random_sample evaluate every configuration and find the optimum."""
     if not os.environ.get("CI"):  # scripts/test.sh installs it: in CI a skip would hide rot
         pytest.importorskip("kernel_tuner", reason="the bench extra: pip install '.[bench]'")
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    try:
-        from kt_peers import kt_replay
-    finally:
-        sys.path.remove(str(ROOT / "benchmarks"))
+    kt_replay = _benchmark("kt_peers").kt_replay
     from spectune.autotune.replay import SyntheticSpec, load_t4, replay, write_synthetic
 
     spec = SyntheticSpec(tiles=2, knobs=1, switches=0, interactions=1, roughness=0.1,
@@ -98,76 +105,18 @@ def test_kernel_tuner_peers_replay_the_same_space_and_seeds(tmp_path: Path) -> N
 def test_every_replay_variant_searches_a_generated_space(tmp_path: Path) -> None:
     """The variants docs/replay.md reports figures of still build and propose (to 40
     evaluations: past the lines and the switch turns of the gp-ei family)."""
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    try:
-        from bench_replay import VARIANTS
-    finally:
-        sys.path.remove(str(ROOT / "benchmarks"))
+    variants = _benchmark("bench_replay").VARIANTS
     from spectune.autotune import SpaceIndex
     from spectune.autotune.replay import engine_run, load_t4, write_synthetic
 
     recorded = load_t4(write_synthetic(tmp_path / "s.json.gz", seed=3))
     index = SpaceIndex(recorded.space)
     assert {"gp-ei-rough-spread", "gp-ei-rough-clip50", "gp-ei-rough-ctx", "gp-ei-switch-cover",
-            "gp-ei-switch-coverval"} <= set(VARIANTS)
-    for name, factory in VARIANTS.items():
+            "gp-ei-switch-coverval"} <= set(variants)
+    for name, factory in variants.items():
         curve, _ = engine_run(recorded, budget=40, sampler=factory, seed=1, index=index)
         assert curve.shape == (40,) and 0 < curve[-1] <= 1, name
         assert np.all(np.diff(curve) >= 0), name  # the best so far
-
-
-@pytest.mark.parametrize(("variant", "covered"), [
-    ("gp-ei-switch-cover", {(0, 1), (1, 0)}),  # the settings never held
-    ("gp-ei-switch-coverval", {(1, 1)}),  # s = 1 and t = 1, each held twice against three
-])
-def test_cover_variants_take_model_proposals_1_3_5_in_the_least_held_switches(
-    variant: str, covered: set[tuple[int, int]]
-) -> None:
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    try:
-        from bench_replay import VARIANTS
-    finally:
-        sys.path.remove(str(ROOT / "benchmarks"))
-    from spectune.autotune import History, ProposalContext, SpaceIndex
-    from spectune.space import Param, SearchSpace
-
-    index = SpaceIndex(SearchSpace(params=(Param("a", (1, 2, 3, 4, 5)), Param("b", (1, 2, 3)),
-                                           Param("s", (0, 1)), Param("t", (0, 1)))))
-    grid = [tuple(int(v) for v in g) for g in index.grid]
-    row = {g: r for r, g in enumerate(grid)}
-    # Five random configurations: three with both switches 0, two with both 1.
-    start = [(0, 0, 0, 0), (4, 2, 0, 0), (2, 1, 0, 0), (1, 0, 1, 1), (3, 2, 1, 1)]
-    more = [(0, 1, 0, 0), (1, 1, 0, 0), (2, 2, 0, 0)]
-
-    def candidates(strategy: object, n: int) -> set[tuple[int, ...]]:
-        rows = [row[g] for g in (start + more)[:n]]
-        available = np.ones(len(index), dtype=bool)
-        available[rows] = False
-        history = History(rows=np.array(rows), times=np.arange(1.0, n + 1), pending=np.array([]))
-        ctx = ProposalContext(index, history, available, np.random.default_rng(0), None, None)
-        proposed = strategy.propose(ctx)  # type: ignore[attr-defined]
-        chosen = {grid[r] for r in strategy._candidates(ctx)}  # type: ignore[attr-defined]
-        assert grid[proposed] in chosen
-        return chosen
-
-    strategy = VARIANTS[variant](0)
-    unseen = set(grid) - set(start)
-    # Model proposal 1 (evaluation 6): only the least-held switches, all of them.
-    assert candidates(strategy, 5) == {g for g in unseen if g[2:] in covered}
-    # Proposal 2: the whole space (global until 10), as gp-ei-switch.
-    assert candidates(strategy, 6) == unseen - {more[0]}
-    # Proposal 3 covers again (the three more held with both switches 0 change nothing).
-    assert candidates(strategy, 7) == {g for g in unseen - set(more) if g[2:] in covered}
-
-
-def _variant_classes() -> dict[str, type]:
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    try:
-        import bench_replay
-    finally:
-        sys.path.remove(str(ROOT / "benchmarks"))
-    return {"VARIANTS": bench_replay.VARIANTS,  # type: ignore[dict-item]
-            "_NearTurns": bench_replay._NearTurns, "_RoughRegion": bench_replay._RoughRegion}
 
 
 def _small_context(rows: list[int], times: list[float]) -> tuple[object, list[tuple[int, ...]]]:
@@ -184,12 +133,42 @@ def _small_context(rows: list[int], times: list[float]) -> tuple[object, list[tu
     return ctx, [tuple(int(v) for v in g) for g in index.grid]
 
 
+@pytest.mark.parametrize(("variant", "covered"), [
+    ("gp-ei-switch-cover", {(0, 1), (1, 0)}),  # the settings never held
+    ("gp-ei-switch-coverval", {(1, 1)}),  # s = 1 and t = 1, each held twice against three
+])
+def test_cover_variants_take_model_proposals_1_3_5_in_the_least_held_switches(
+    variant: str, covered: set[tuple[int, int]]
+) -> None:
+    variants = _benchmark("bench_replay").VARIANTS
+    _, grid = _small_context([], [])
+    row = {g: r for r, g in enumerate(grid)}
+    # Five random configurations: three with both switches 0, two with both 1.
+    start = [(0, 0, 0, 0), (4, 2, 0, 0), (2, 1, 0, 0), (1, 0, 1, 1), (3, 2, 1, 1)]
+    more = [(0, 1, 0, 0), (1, 1, 0, 0), (2, 2, 0, 0)]
+
+    def candidates(strategy: object, n: int) -> set[tuple[int, ...]]:
+        rows = [row[g] for g in (start + more)[:n]]
+        ctx, _ = _small_context(rows, [float(t) for t in range(1, n + 1)])
+        proposed = strategy.propose(ctx)  # type: ignore[attr-defined]
+        chosen = {grid[r] for r in strategy._candidates(ctx)}  # type: ignore[attr-defined]
+        assert grid[proposed] in chosen
+        return chosen
+
+    strategy = variants[variant](0)
+    unseen = set(grid) - set(start)
+    # Model proposal 1 (evaluation 6): only the least-held switches, all of them.
+    assert candidates(strategy, 5) == {g for g in unseen if g[2:] in covered}
+    # Proposal 2: the whole space (global until 10), as gp-ei-switch.
+    assert candidates(strategy, 6) == unseen - {more[0]}
+    # Proposal 3 covers again (the three more held with both switches 0 change nothing).
+    assert candidates(strategy, 7) == {g for g in unseen - set(more) if g[2:] in covered}
+
+
 def test_near_turns_change_the_switches_and_at_most_one_other_parameter() -> None:
     """``gp-ei-switch-near1``'s turn (forced here; when it fires is ``auto``'s own rule,
     tested in tests/autotune) keeps to the best's other values but one."""
-    classes = _variant_classes()
-
-    class Turning(classes["_NearTurns"]):  # type: ignore[misc, valid-type]
+    class Turning(_benchmark("bench_replay")._NearTurns):  # type: ignore[misc, name-defined]
         def _switch_turn(self, history: object) -> bool:
             return True
 
@@ -213,9 +192,7 @@ def test_near_turns_change_the_switches_and_at_most_one_other_parameter() -> Non
 def test_rough_region_draws_also_cover_the_trust_region(mode: str) -> None:
     """``gp-ei-switch-rtr`` / ``-rtr-alt`` on rough lines (forced here): the lines through
     the elites and the radius-2 region around the best, together or in turns."""
-    classes = _variant_classes()
-
-    class Rough(classes["_RoughRegion"]):  # type: ignore[misc, valid-type]
+    class Rough(_benchmark("bench_replay")._RoughRegion):  # type: ignore[misc, name-defined]
         def _rough_lines(self, history: object) -> bool:
             return True
 
@@ -237,7 +214,7 @@ def test_rough_region_draws_also_cover_the_trust_region(mode: str) -> None:
 def test_hidden_probes_leave_the_model_unless_they_are_the_best() -> None:
     """``gp-ei-switch-hcover``: the probes at evaluations 6, 8 and 10 are left out of the
     GP's fit, but for the one that is the best so far."""
-    strategy = _variant_classes()["VARIANTS"]["gp-ei-switch-hcover"](0)
+    strategy = _benchmark("bench_replay").VARIANTS["gp-ei-switch-hcover"](0)
     rows = [0, 7, 14, 21, 28, 35, 41, 50, 3, 9]
     times = [5.0, 4.0, 6.0, 3.0, 7.0, 8.0, 9.0, 1.0, 4.5, 2.0]  # probes: 35, 50 (best), 9
     ctx, _ = _small_context(rows, times)
@@ -271,11 +248,7 @@ def test_leave_one_out_reports_peers_beside_and_never_chooses_them(tmp_path: Pat
 
 
 def test_median_reaches_is_the_first_evaluation_whose_median_is_at_the_level() -> None:
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    try:
-        from bench_replay import median_reaches
-    finally:
-        sys.path.remove(str(ROOT / "benchmarks"))
+    median_reaches = _benchmark("bench_replay").median_reaches
     curves = np.array([[0.5, 0.9, 0.96, 1.0],
                        [0.2, 0.95, 0.95, 0.95],
                        [0.1, 0.3, 0.5, 1.0]])
@@ -317,11 +290,7 @@ def test_proposal_cost_benchmark_times_its_variants_on_the_same_seeds(
 def test_early_picks_benchmark_gives_every_strategy_the_same_random_start(
     tmp_path: Path,
 ) -> None:
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    try:
-        from bench_early_picks import picks
-    finally:
-        sys.path.remove(str(ROOT / "benchmarks"))
+    picks = _benchmark("bench_early_picks").picks
     from spectune.autotune import SpaceIndex
     from spectune.autotune.replay import load_t4, write_synthetic
 
@@ -357,12 +326,7 @@ def _methodology() -> object:
     if not os.environ.get("CI"):  # scripts/test.sh installs it: in CI a skip would hide rot
         pytest.importorskip("autotuning_methodology",
                             reason="the bench extra: pip install '.[bench]'")
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    try:
-        import bench_methodology
-    finally:
-        sys.path.remove(str(ROOT / "benchmarks"))
-    return bench_methodology
+    return _benchmark("bench_methodology")
 
 
 def test_methodology_score_is_one_at_the_optimum_and_below_zero_at_the_slowest(
