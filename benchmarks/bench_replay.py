@@ -272,10 +272,7 @@ class _RoughRegion(GPStrategy):
         h = ctx.history
         if self._gp is None or not self._rough_lines(h):
             return lines
-        available = np.flatnonzero(ctx.available)
-        grid = ctx.index.grid[available]
-        assert self.radius is not None
-        region = available[(grid != ctx.index.grid[h.best_row()]).sum(axis=1) <= self.radius]
+        region = self._trust_region(ctx, np.flatnonzero(ctx.available))
         if self.mode == "union":
             return np.union1d(lines, region)
         return region if self._since_best(h) % 2 == 1 and len(region) else lines

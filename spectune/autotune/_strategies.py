@@ -254,14 +254,23 @@ class GPStrategy(Strategy):
             setting = self._settings
             other = candidates[setting[candidates] != setting[h.best_row()]]
             return other if len(other) else candidates
-        grid = ctx.index.grid[candidates]
         if self._on_lines(h):
+            grid = ctx.index.grid[candidates]
             order = np.argsort(np.where(h.ok, h.times, np.inf), kind="stable")
             centres = ctx.index.grid[h.rows[order[: min(self.elites, int(h.ok.sum()))]]]
             near = ((grid[:, None, :] != centres[None, :, :]).sum(axis=2) <= 1).any(axis=1)
+            region = candidates[near]
         else:
-            near = (grid != ctx.index.grid[h.best_row()]).sum(axis=1) <= self.radius
-        return candidates[near] if near.any() else candidates
+            region = self._trust_region(ctx, candidates)
+        return region if len(region) else candidates
+
+    def _trust_region(self, ctx: ProposalContext, candidates: np.ndarray) -> np.ndarray:
+        """The ``candidates`` within ``radius`` changed parameters of the best
+        configuration (possibly none)."""
+        assert self.radius is not None
+        grid = ctx.index.grid[candidates]
+        near = (grid != ctx.index.grid[ctx.history.best_row()]).sum(axis=1) <= self.radius
+        return candidates[near]
 
     def _since_best(self, history: History) -> int:
         """Evaluations since the best one."""
