@@ -241,6 +241,9 @@ def test_leave_one_out_reports_peers_beside_and_never_chooses_them(tmp_path: Pat
         tpe = next(r for r in runs if r["file"] == held["file"] and r["sampler"] == "tpe")
         assert held["peers"]["tpe"] == tpe["results"]
     assert "| held-out file | evals | ours (chosen) | tpe | random |" in done.stdout
+    unmet = json.loads(out.read_text())["unmet_goals"]
+    assert unmet == _benchmark("bench_replay").unmet_goals(loo)
+    assert f"Goals unmet: {len(unmet) or 'none'}" in done.stdout
     for run in runs:  # where the median reaches 95 %, printed beside the cells
         at = run["median95_at"]
         assert at is None or 1 <= at <= 20
@@ -409,3 +412,34 @@ def test_methodology_full_budget_runs_each_space_to_its_own_cutoff(tmp_path: Pat
             cwd=ROOT, capture_output=True, text=True, timeout=600, check=False,
         )
         assert failed.returncode == 2 and "--budget" in failed.stderr, failed.stderr
+
+
+def _held(file: str, ours: list[float], random: list[float],
+          peers: dict[str, list[float]]) -> dict[str, object]:
+    """One held-out file as ``leave_one_out`` records it, at budgets 10, 20, 50, 100."""
+    budgets = (10, 20, 50, 100)
+    return {"file": file, "chosen": "auto", "repeats": 3,
+            "results": [{"budget": b, "median_fraction": o, "random_median_fraction": r}
+                        for b, o, r in zip(budgets, ours, random, strict=True)],
+            "peers": {p: [{"budget": b, "median_fraction": v}
+                          for b, v in zip(budgets, values, strict=True)]
+                      for p, values in peers.items()}}
+
+
+def test_unmet_goals_names_each_cell_that_misses_a_goal() -> None:
+    unmet_goals = _benchmark("bench_replay").unmet_goals
+    met = _held("a", [0.5, 0.8, 0.9, 0.96], [0.4, 0.5, 0.6, 0.7],
+                {"ga": [0.9, 0.8, 0.9, 0.96], "tpe": [0.1, 0.1, 0.1, 0.1]})
+    # A peer ahead at 10 is no goal (only 20, 50, 100); ties with a peer meet it.
+    assert unmet_goals({"held_out": [met]}) == []
+    missed = _held("b", [0.3, 0.6, 0.7, 0.931], [0.3, 0.5, 0.6, 0.7],
+                   {"ga": [0.2, 0.5, 0.71, 0.9], "tpe": [0.2, 0.65, 0.6, 0.8]})
+    assert unmet_goals({"held_out": [met, missed]}) == [
+        "b at 10: 0.300 <= random 0.300",   # level with random search is not above it
+        "b at 20: 0.600 < tpe 0.650",       # the best peer of the cell is named
+        "b at 50: 0.700 < ga 0.710",
+        "b at 100: 0.931 < 0.95",
+    ]
+    # Without peers only the level and random search are goals.
+    alone = _held("c", [0.3, 0.6, 0.7, 0.95], [0.2, 0.7, 0.6, 0.7], {})
+    assert unmet_goals({"held_out": [alone]}) == ["c at 20: 0.600 <= random 0.700"]
