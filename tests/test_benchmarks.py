@@ -224,6 +224,36 @@ def test_hidden_probes_leave_the_model_unless_they_are_the_best() -> None:
     assert fitted == {tuple(feats[r]) for r in rows if r not in (35, 9)}
 
 
+def test_lines_start_sooner_only_while_the_fit_is_rough() -> None:
+    """``gp-ei-switch-rough4``: on the lines after 4 evaluations without improvement when
+    the fitted noise exceeds ``rough_lines``, after ``lines_after`` (16) when it does not."""
+    strategy = _benchmark("bench_replay").VARIANTS["gp-ei-switch-rough4"](0)
+    times = [5.0, 1.0, 6.0, 7.0, 8.0, 9.0]  # the best, then four without improvement
+    ctx, _ = _small_context([0, 7, 14, 21, 28, 35], times)
+    strategy.propose(ctx)
+    history = ctx.history  # type: ignore[attr-defined]
+    gp = strategy._gp
+    for noise, on_lines in [(0.5, True), (1e-4, False)]:
+        gp.theta[gp.dims + 1] = np.log(noise)  # the fitted noise, as the fit stores it
+        assert gp.noise == pytest.approx(noise)
+        assert strategy._on_lines(history) is on_lines
+    gp.theta[gp.dims + 1] = np.log(0.5)
+    ctx, _ = _small_context([0, 7, 14, 21, 28], times[:5])  # three without improvement
+    assert not strategy._on_lines(ctx.history)  # type: ignore[attr-defined]
+
+
+def test_gain_stall_counts_from_the_last_improvement_above_the_threshold() -> None:
+    """``gp-ei-switch-gain5``: a best improved by under 5 % does not reset the count of
+    evaluations without improvement; a failure never does."""
+    strategy = _benchmark("bench_replay").VARIANTS["gp-ei-switch-gain5"](0)
+    history = _small_context([0, 7, 14, 21, 28, 35], [10.0, 9.0, 8.8, float("nan"), 8.5, 8.7])[0]
+    # 9.0 improves 10 % on 10.0; 8.8 and 8.5 are 2.2 % and 3.4 % steps: 4 since the 9.0.
+    assert strategy._since_best(history.history) == 4  # type: ignore[attr-defined]
+    plain = _benchmark("bench_replay").VARIANTS["gp-ei-switch-gain2"](0)
+    # With 2 %, the 8.8 (2.2 %) and the 8.5 (3.4 %) count: 1 since the 8.5.
+    assert plain._since_best(history.history) == 1  # type: ignore[attr-defined]
+
+
 def test_leave_one_out_reports_peers_beside_and_never_chooses_them(tmp_path: Path) -> None:
     out = tmp_path / "loo.json"
     done = subprocess.run(
