@@ -8,7 +8,8 @@ budget, the share of seeds reaching 0.95 at 100, random search's median at each 
 and seconds per run. ``--synthetic N`` adds N generated spaces (seeds S..S+N-1 with
 ``--synthetic-start S``, default 0; varying roughness and failure rates) written to a
 temporary directory; a start past the seeds used while designing a strategy gives
-spaces it has not seen.
+spaces it has not seen. Every strategy and peer runs the same seeds, derived from
+``--seed`` (default 0); another base gives another seed set.
 
 Candidates ``kt-<strategy>`` (``kt-genetic_algorithm``, ``kt-bayes_opt``, ...) are
 Kernel Tuner 1.5's strategies in its simulation mode on the same files, seeds and
@@ -580,6 +581,9 @@ def main() -> int:
     )
     parser.add_argument("--no-shared", action="store_true")
     parser.add_argument("--noisy", action="store_true")
+    parser.add_argument("--seed", type=int, default=0,
+                        help="base seed: run i of every strategy and peer uses the seed "
+                        "derived from (seed, i); another base gives another seed set")
     parser.add_argument("--out", type=Path)
     parser.add_argument("--leave-one-out", action="store_true",
                         help="choose among --samplers on the other files, report the held-out one")
@@ -608,6 +612,7 @@ def main() -> int:
                     sampler=sampler,
                     workers=args.workers,
                     noisy=args.noisy,
+                    seed=args.seed,
                 )
             seconds = (time.monotonic() - start) * args.workers / args.repeats
             at100 = report.engine_curves[:, min(100, args.budget) - 1]
@@ -616,6 +621,7 @@ def main() -> int:
                 "sampler": name,
                 "role": "peer" if name in peers else "candidate",
                 "repeats": args.repeats,
+                "seed": args.seed,
                 "noisy": args.noisy,
                 "hit95_at_100": float(np.mean(at100 >= 0.95)),
                 "median95_at": median_reaches(report.engine_curves, 0.95),
@@ -674,7 +680,7 @@ def _kt_report(space: object, strategy: str, args: argparse.Namespace) -> object
         raise SystemExit(f"kt-* candidates need Kernel Tuner: pip install 'spectune[bench]' "
                          f"({exc})") from None
     return kt_replay(space, strategy=strategy, budget=args.budget,  # type: ignore[arg-type]
-                     repeats=args.repeats, workers=args.workers)
+                     repeats=args.repeats, workers=args.workers, seed=args.seed)
 
 
 def median_reaches(curves: np.ndarray, level: float) -> int | None:

@@ -473,3 +473,35 @@ def test_unmet_goals_names_each_cell_that_misses_a_goal() -> None:
     # Without peers only the level and random search are goals.
     alone = _held("c", [0.3, 0.6, 0.7, 0.95], [0.2, 0.7, 0.6, 0.7], {})
     assert unmet_goals({"held_out": [alone]}) == ["c at 20: 0.600 <= random 0.700"]
+
+
+def test_replay_benchmark_seed_gives_another_seed_set_for_engine_and_peers(
+    tmp_path: Path,
+) -> None:
+    """``--seed 1``: every candidate and Kernel Tuner peer runs the seeds ``replay(...,
+    seed=1)`` derives, not those of the default base 0."""
+    pytest.importorskip("kernel_tuner")
+    from spectune.autotune.replay import load_t4, replay, write_synthetic
+
+    path = write_synthetic(tmp_path / "synthetic3.json.gz", seed=3)
+    curves = {}
+    for seed in (0, 1):
+        out = tmp_path / f"seed{seed}.json"
+        done = subprocess.run(
+            [sys.executable, "benchmarks/bench_replay.py", "--files", str(path), "--repeats",
+             "3", "--budget", "15", "--samplers", "gp-tr", "--peers", "kt-random_sample",
+             "--seed", str(seed), "--out", str(out)],
+            cwd=ROOT, capture_output=True, text=True, timeout=600, check=False,
+        )
+        assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
+        runs = {r["sampler"]: r for r in json.loads(out.read_text())}
+        assert {r["seed"] for r in runs.values()} == {seed}
+        curves[seed] = runs
+    direct = replay(load_t4(path), budget=15, repeats=3, sampler="gp-tr", seed=1)
+    assert curves[1]["gp-tr"]["results"] == [
+        {**r, "random_q25_fraction": b.random_q25_fraction,
+         "random_q75_fraction": b.random_q75_fraction}
+        for r, b in zip(direct.to_json()["results"], direct.results, strict=True)]
+    assert curves[0]["gp-tr"]["results"] != curves[1]["gp-tr"]["results"]
+    assert (curves[0]["kt-random_sample"]["results"]
+            != curves[1]["kt-random_sample"]["results"])
