@@ -202,8 +202,9 @@ def main() -> int:
         stats = package_statistics(f, work)
         budget = cutoffs(stats)[1] if args.budget == FULL else args.budget
         for name in names:
+            # The seeds of bench_replay.py's default base (0), engine and peers alike.
             curves = _curves(space, name, argparse.Namespace(**{**vars(args),
-                                                                "budget": budget}))
+                                                                "budget": budget, "seed": 0}))
             try:
                 row = {"file": space.name, "strategy": name, **score(stats, curves,
                                                                       optimum=space.optimum)}
@@ -225,7 +226,7 @@ def _curves(space: RecordedSpace, name: str, args: argparse.Namespace) -> np.nda
     else:
         sampler = name if name in STRATEGIES else VARIANTS[name]
         report = replay(space, budget=args.budget, repeats=args.repeats, sampler=sampler,
-                        workers=args.workers)
+                        workers=args.workers, seed=args.seed)
     return report.engine_curves  # type: ignore[attr-defined]
 
 
