@@ -52,7 +52,13 @@ from spectune.autotune._strategies import (  # noqa: E402
     _tpe,
 )
 from spectune.autotune._strategy import History, ProposalContext  # noqa: E402
-from spectune.autotune.replay import SyntheticSpec, load_t4, replay, write_synthetic  # noqa: E402
+from spectune.autotune.replay import (  # noqa: E402
+    ReplayReport,
+    SyntheticSpec,
+    load_t4,
+    replay,
+    write_synthetic,
+)
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "tuning-spaces"
 
@@ -628,14 +634,7 @@ def main() -> int:
                 "seconds_per_run": seconds,
                 **report.to_json(),
             }
-            row["results"] = [
-                {
-                    **r,
-                    "random_q25_fraction": b.random_q25_fraction,
-                    "random_q75_fraction": b.random_q75_fraction,
-                }
-                for r, b in zip(row["results"], report.results, strict=True)
-            ]
+            row["results"] = budget_cells(report)
             rows.append(row)
             cells = " ".join(
                 f"{r['budget']}:{r['median_fraction']:.3f}[{r['q25_fraction']:.2f}-{r['q75_fraction']:.2f}]"
@@ -681,6 +680,14 @@ def _kt_report(space: object, strategy: str, args: argparse.Namespace) -> object
                          f"({exc})") from None
     return kt_replay(space, strategy=strategy, budget=args.budget,  # type: ignore[arg-type]
                      repeats=args.repeats, workers=args.workers, seed=args.seed)
+
+
+def budget_cells(report: ReplayReport) -> list[dict[str, object]]:
+    """Each budget's results as ``--out`` stores them: the report's, with random search's
+    quartiles beside its median."""
+    return [{**r, "random_q25_fraction": b.random_q25_fraction,
+             "random_q75_fraction": b.random_q75_fraction}
+            for r, b in zip(report.to_json()["results"], report.results, strict=True)]
 
 
 def median_reaches(curves: np.ndarray, level: float) -> int | None:

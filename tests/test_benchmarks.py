@@ -292,6 +292,8 @@ def test_median_reaches_is_the_first_evaluation_whose_median_is_at_the_level() -
     assert median_reaches(curves, 1.01) is None
     # An even number of seeds: the mean of the middle two (0.9 and 1.0 at the first).
     assert median_reaches(np.array([[0.9, 1.0], [1.0, 1.0]]), 0.95) == 1
+
+
 def test_proposal_cost_benchmark_times_its_variants_on_the_same_seeds(
     tmp_path: Path,
 ) -> None:
@@ -480,7 +482,8 @@ def test_replay_benchmark_seed_gives_another_seed_set_for_engine_and_peers(
 ) -> None:
     """``--seed 1``: every candidate and Kernel Tuner peer runs the seeds ``replay(...,
     seed=1)`` derives, not those of the default base 0."""
-    pytest.importorskip("kernel_tuner")
+    if not os.environ.get("CI"):  # scripts/test.sh installs it: in CI a skip would hide rot
+        pytest.importorskip("kernel_tuner", reason="the bench extra: pip install '.[bench]'")
     from spectune.autotune.replay import load_t4, replay, write_synthetic
 
     path = write_synthetic(tmp_path / "synthetic3.json.gz", seed=3)
@@ -498,10 +501,7 @@ def test_replay_benchmark_seed_gives_another_seed_set_for_engine_and_peers(
         assert {r["seed"] for r in runs.values()} == {seed}
         curves[seed] = runs
     direct = replay(load_t4(path), budget=15, repeats=3, sampler="gp-tr", seed=1)
-    assert curves[1]["gp-tr"]["results"] == [
-        {**r, "random_q25_fraction": b.random_q25_fraction,
-         "random_q75_fraction": b.random_q75_fraction}
-        for r, b in zip(direct.to_json()["results"], direct.results, strict=True)]
+    assert curves[1]["gp-tr"]["results"] == _benchmark("bench_replay").budget_cells(direct)
     assert curves[0]["gp-tr"]["results"] != curves[1]["gp-tr"]["results"]
     assert (curves[0]["kt-random_sample"]["results"]
             != curves[1]["kt-random_sample"]["results"])
