@@ -274,6 +274,15 @@ def test_leave_one_out_reports_peers_beside_and_never_chooses_them(tmp_path: Pat
     unmet = json.loads(out.read_text())["unmet_goals"]
     assert unmet == _benchmark("bench_replay").unmet_goals(loo)
     assert f"Goals unmet: {len(unmet) or 'none'}" in done.stdout
+    fragile = json.loads(out.read_text())["fragile_goals"]
+    assert fragile == _benchmark("bench_replay").fragile_goals(loo)
+    assert f"Goals met within the seeds' noise: {len(fragile) or 'none'}" in done.stdout
+    for line in unmet + fragile:  # every seed's fraction is stored: each has its interval
+        assert "margin 95 % interval" in line
+    for run in runs:
+        for cell in run["results"]:
+            assert len(cell["fractions"]) == len(cell["random_fractions"]) == 2
+            assert cell["median_fraction"] == pytest.approx(np.median(cell["fractions"]))
     for run in runs:  # where the median reaches 95 %, printed beside the cells
         at = run["median95_at"]
         assert at is None or 1 <= at <= 20
@@ -475,6 +484,52 @@ def test_unmet_goals_names_each_cell_that_misses_a_goal() -> None:
     # Without peers only the level and random search are goals.
     alone = _held("c", [0.3, 0.6, 0.7, 0.95], [0.2, 0.7, 0.6, 0.7], {})
     assert unmet_goals({"held_out": [alone]}) == ["c at 20: 0.600 <= random 0.700"]
+
+
+def _seeded(file: str, ours: list[float], random: list[float], peer: list[float]
+            ) -> dict[str, object]:
+    """One held-out file at budget 100 alone, every side's per-seed fractions given."""
+    def cell(values: list[float], **more: object) -> dict[str, object]:
+        return {"budget": 100, "median_fraction": float(np.median(values)),
+                "fractions": values, **more}
+
+    return {"file": file, "chosen": "auto", "repeats": len(ours),
+            "results": [cell(ours, random_median_fraction=float(np.median(random)),
+                             random_fractions=random)],
+            "peers": {"ga": [cell(peer)]}}
+
+
+def test_goal_checks_say_whether_the_seeds_settle_each_verdict() -> None:
+    bench = _benchmark("bench_replay")
+    # Settled both ways: short of the level and the peer by 0.1 on every seed; above
+    # random search on every seed.
+    settled = _seeded("s", [0.85] * 100, [0.5] * 100, [0.95] * 100)
+    checks = {c.goal: c for c in bench.goal_checks({"held_out": [settled]})}
+    assert not checks["level"].met and checks["level"].clear
+    assert checks["level"].interval == pytest.approx((-0.1, -0.1))
+    assert not checks["peer"].met and checks["peer"].clear
+    assert checks["random"].met and checks["random"].clear
+    assert bench.unmet_goals({"held_out": [settled]}) == [
+        "s at 100: 0.850 < 0.95 (margin 95 % interval -0.100 to -0.100: clear)",
+        "s at 100: 0.850 < ga 0.950 (margin 95 % interval -0.100 to -0.100: clear)",
+    ]
+    assert bench.fragile_goals({"held_out": [settled]}) == []
+    # Seeds split between two basins either side of the peer: the medians meet the
+    # peer's goal, but half the resamples put our median in the lower basin.
+    split = _seeded("t", [0.9] * 49 + [1.0] * 51, [0.5] * 100, [0.96] * 100)
+    checks = {c.goal: c for c in bench.goal_checks({"held_out": [split]})}
+    assert checks["peer"].met and checks["peer"].clear is False
+    low, high = checks["peer"].interval
+    assert low < 0 < high
+    assert checks["level"].met and checks["level"].clear is False  # 0.9 < 0.95 in resamples
+    assert bench.fragile_goals({"held_out": [split]}) == [checks["level"].line,
+                                                          checks["peer"].line]
+    # A tie with random search on every seed is a settled miss (above it is the goal).
+    tie = _seeded("u", [0.3] * 10, [0.3] * 10, [0.1] * 10)
+    random_check = next(c for c in bench.goal_checks({"held_out": [tie]}) if c.goal == "random")
+    assert not random_check.met and random_check.clear
+    # The same run gives the same intervals (a fixed generator).
+    assert bench.goal_checks({"held_out": [split]}) == bench.goal_checks({"held_out": [split]})
 
 
 def test_replay_benchmark_seed_gives_another_seed_set_for_engine_and_peers(
