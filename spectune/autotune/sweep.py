@@ -8,16 +8,21 @@ For each (kernel, k, batch, vocab, dtype, draft probs) on the current device:
    kernel on other GPU models) on alternate turns while they keep improving
    (:class:`~spectune.autotune.TransferStrategy`; ``--no-transfer`` to start cold);
 3. run trials (compile -> gate against the reference -> time) until a stop condition;
-4. promote the best config into the database only when it is faster than the
+4. measure the study's best again side by side with its closest runners-up (each trial
+   was timed in one window, where a neighbour's load can reorder configs that are
+   close), and keep whichever the promotion rule finds faster;
+5. promote the best config into the database only when it is faster than the
    incumbent (the database's row for the problem, else the default) by the promotion
    rule (>= 3% at p50 and non-overlapping p20-p80 ranges), the two measured side by side
    in this run until the rule decides (:func:`spectune.promotion.decide_side_by_side`);
    the row carries its provenance. A best config the database already holds is up to
-   date: nothing is measured again, so a rerun of a finished study keeps its verdict.
+   date, and so is a row this study wrote with no trial run since: nothing is measured
+   again, so a rerun of a finished study keeps its verdict.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 import multiprocessing
 import os
@@ -30,6 +35,7 @@ from typing import TYPE_CHECKING
 
 from spectune.autotune._engine import Search, SearchObserver, search
 from spectune.autotune._isolated import IsolatedRunner, TrialWorkerLost, WorkerStartError
+from spectune.autotune._outcome import Status, TrialRecord
 from spectune.autotune._storage import studies_beside
 from spectune.autotune._strategies import STRATEGIES, make_strategy
 from spectune.autotune._strategy import Strategy
@@ -92,6 +98,12 @@ class SweepOptions:
     trial_time_limit: float | None = 300.0
     #: Start each study from the database's prior (:func:`transfer_prior`).
     transfer: bool = True
+    #: How many of the study's fastest configs (its best and the runners-up within
+    #: ``finalist_ratio`` of its time) are measured again side by side before promotion;
+    #: 1 promotes the study's best as it was timed.
+    finalists: int = 3
+    #: How far behind the best (the ratio of the recorded medians) a runner-up may be.
+    finalist_ratio: float = 1.5
     #: Run each trial in a child process with a watchdog
     #: (:class:`~spectune.autotune.IsolatedRunner`): a crash, an abort or a hung kernel
     #: fails the trial, not the sweep. ``None``: on GPUs, not under the CPU interpreter
@@ -104,6 +116,7 @@ class SweepOptions:
             ("patience", 1, None, True),
             ("workers", 1, max_workers(), False),
             ("seed", 0, MAX_SEED, False),
+            ("finalists", 1, None, False),
         ):
             value = getattr(self, name)
             if value is None and optional:
@@ -112,6 +125,10 @@ class SweepOptions:
                     or (high is not None and value > high)):
                 bounds = f">= {low}" if high is None else f"in [{low}, {high}]"
                 raise ValueError(f"{name} must be an integer {bounds}, got {value!r}")
+        ratio = self.finalist_ratio
+        if (isinstance(ratio, bool) or not isinstance(ratio, (int, float))
+                or not math.isfinite(ratio) or ratio < 1):
+            raise ValueError(f"finalist_ratio must be a finite number >= 1, got {ratio!r}")
         for name in ("time_budget", "trial_time_limit"):
             value = getattr(self, name)
             if value is not None and (
@@ -253,14 +270,17 @@ def run_item(
         best_config = None if best is None else dict(best.config)
         default_t = best_t = None
         promoted = "no result"
-        if best_config is not None:
-            promoted, default_t, best_t = _promote(
+        if best is not None:
+            runners_up = _runners_up(history, best, count=options.finalists - 1,
+                                     ratio=options.finalist_ratio)
+            promoted, default_t, best_t, best_config = _promote(
                 _Promotion(item=item, family=family, runner=runner, device=device,
                            software=software, study=name, trials=len(history),
                            started=started),
                 store=store, best_config=best_config, default_config=default_config,
-                supersede=supersede,
+                runners_up=[dict(r.config) for r in runners_up], supersede=supersede,
             )
+            best = next((r for r in [best, *runners_up] if r.config == best_config), best)
         return SweepResult(
             item=item, study=name, default_config=default_config, default=default_t,
             best_config=best_config, best=best_t, trials=len(history), failed=failed,
@@ -286,15 +306,63 @@ class _Promotion:
     started: float
 
 
+def _runners_up(history: Sequence[TrialRecord], best: TrialRecord, *, count: int,
+                ratio: float) -> list[TrialRecord]:
+    """The ``count`` fastest other configs of the study whose recorded time is within
+    ``ratio`` of its best's, fastest first (each config once: a resumed study may hold
+    repeats).
+
+    A trial is timed in one window, and a neighbour's load during it (another process on
+    the GPU or the host) can slow it by a good part; the default ratio, 1.5, takes in
+    what such a load can reorder, and configs further behind are slower whatever the load.
+    """
+    assert best.time is not None
+    seen = [best.config]
+    found: list[TrialRecord] = []
+    ok = sorted((r for r in history if r.status is Status.OK and r.time is not None),
+                key=lambda r: (r.time, r.number))
+    for record in ok:
+        if len(found) >= count or record.time > best.time * ratio:  # type: ignore[operator]
+            break
+        if record.config not in seen:
+            seen.append(record.config)
+            found.append(record)
+    return found
+
+
+def _rematch(best_config: dict[str, int], runners_up: Sequence[dict[str, int]],
+             timer: Callable[[dict[str, int]], Timing]) -> dict[str, int]:
+    """The study's best, or the runner-up that beats it (and every runner-up before it)
+    side by side by the promotion rule."""
+    champion = best_config
+    for config in runners_up:
+        decision = decide_side_by_side(functools.partial(timer, config),
+                                       functools.partial(timer, champion))
+        if decision.faster:
+            champion = config
+    return champion
+
+
 def _promote(
     study: _Promotion, *, store: Store, best_config: dict[str, int],
-    default_config: dict[str, int], supersede: bool = False,
-) -> tuple[str, Timing | None, Timing | None]:
-    """Decide whether the study's best config goes into the database.
+    default_config: dict[str, int], runners_up: Sequence[dict[str, int]] = (),
+    supersede: bool = False,
+) -> tuple[str, Timing | None, Timing | None, dict[str, int]]:
+    """Decide which of the study's finalists is its best and whether it goes into the
+    database.
+
+    Args:
+        study: The study.
+        store: The configs database.
+        best_config: The study's best, as timed in its trial.
+        default_config: The kernel's default for the problem.
+        runners_up: The study's next fastest configs, measured again side by side with
+            the best (:func:`_rematch`) unless the database's row already settles it.
+        supersede: See :func:`run_item`.
 
     Returns:
-        What happened (:attr:`SweepResult.promoted`), and the default's and the best's
-        timings to report.
+        What happened (:attr:`SweepResult.promoted`), the default's and the best's
+        timings to report, and the best config.
     """
     family, runner = study.family, study.runner
 
@@ -309,25 +377,36 @@ def _promote(
     )
     held = near[0] if near and near[0].problem == study.item.problem else None
     if supersede and held is not None:
-        return _supersede(study, store=store, held=held, best_config=best_config,
-                          default_config=default_config, timer=timer)
-    if held is not None and held.config == best_config:
+        best_config = _rematch(best_config, runners_up, timer)
+        return (*_supersede(study, store=store, held=held, best_config=best_config,
+                            default_config=default_config, timer=timer), best_config)
+    if held is not None and (
+        held.config == best_config
+        # This study's own verdict, with no trial since: its finalists were weighed then.
+        or (held.study == study.study and held.trials == study.trials
+            and held.config in [best_config, *runners_up])
+    ):
         # Nothing to decide: measuring again could only turn noise into a verdict. Its
         # own figures are the ones it was promoted on (side by side, in one run).
-        return "up to date", held.default, held.tuned
+        return "up to date", held.default, held.tuned, held.config
+    best_config = _rematch(best_config, runners_up, timer)
+    if held is not None and held.config == best_config:
+        return "up to date", held.default, held.tuned, best_config
     if best_config == default_config:
         # One measurement stands for both: a config is never faster than itself.
         default_t = timer(default_config)
-        return "default is best", default_t, default_t
+        return "default is best", default_t, default_t, best_config
     incumbent = default_config if held is None else held.config
     decision = decide_side_by_side(lambda: timer(best_config), lambda: timer(incumbent))
     default_t = decision.incumbent if held is None else timer(default_config)
     if not decision.faster:
-        return ("not faster" if held is None else "kept"), default_t, decision.candidate
+        verdict = "not faster" if held is None else "kept"
+        return verdict, default_t, decision.candidate, best_config
     row = _row(study, best_config, tuned=decision.candidate, default=default_t)
     # The database weighs the row against the timings it holds (as merges do), so a row
     # it holds is replaced only when both this run and its figures agree.
-    return store.record(row, spaces=family_space).value, default_t, decision.candidate
+    return (store.record(row, spaces=family_space).value, default_t, decision.candidate,
+            best_config)
 
 
 def _row(study: _Promotion, config: dict[str, int], *, tuned: Timing, default: Timing

@@ -69,6 +69,10 @@ def _kernel_names() -> list[str]:
               help="Search strategy (auto: the recommended one).")
 @click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True,
               help="Seed of inputs and sampler (below 2**31).")
+@click.option("--finalists", type=click.IntRange(min=1), default=3, show_default=True,
+              help="The study's fastest configs (its best and runners-up within 1.5x of "
+              "its time) measured again side by side before promotion, so that one noisy "
+              "timing window does not pick the best; 1 takes the study's best as timed.")
 @click.option("--transfer/--no-transfer", default=True, show_default=True,
               help="Let each study try what the database knows first: the best configs of "
               "neighbouring problems on this device and of other GPU models, dropped "
@@ -87,15 +91,17 @@ def sweep(
     kernels: tuple[str, ...], spec_lens: str, batch_sizes: str, vocab_sizes: str,
     dtypes: tuple[str, ...], no_draft_probs: bool, trials: int, time_budget: float | None,
     patience: int | None, db: str | None, storage: str | None, workers: int, sampler: str,
-    seed: int, transfer: bool, isolate: bool | None, as_json: bool, wide: bool,
+    seed: int, finalists: int, transfer: bool, isolate: bool | None, as_json: bool,
+    wide: bool,
 ) -> None:
     """Tune the kernels for each (kernel, k, batch, vocab, dtype) on this device.
 
     Each problem gets one Optuna study (resumed when rerun); every trial must give the
-    reference's exact result before it is timed; a config is written to the database
-    only when faster than the current row or the default by the promotion rule, the two
-    measured side by side until the rule decides (a best the database already holds is
-    "up to date"). Numbers past the kernels' declared limits are refused before anything
+    reference's exact result before it is timed; the study's best and its closest
+    runners-up are measured again side by side (--finalists); a config is written to the
+    database only when faster than the current row or the default by the promotion rule,
+    the two measured side by side until the rule decides (a best the database already
+    holds is "up to date"). Numbers past the kernels' declared limits are refused before anything
     runs. Ctrl-C stops cleanly: finished trials are kept, and a rerun resumes.
 
     The results table fits an 80-column terminal (the problem, its best config below it,
@@ -138,7 +144,7 @@ def sweep(
         options = SweepOptions(trials=trials, time_budget=time_budget, patience=patience,
                                db=db, storage=storage or default_storage(db),
                                workers=workers, sampler=sampler, seed=seed,
-                               transfer=transfer, isolate=isolate)
+                               finalists=finalists, transfer=transfer, isolate=isolate)
         buckets = sorted({batch_bucket(b) for b in batches})
         if buckets != batches:
             console.print(f"batch sizes {batches} tuned at their buckets {buckets}")

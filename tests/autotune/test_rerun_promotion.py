@@ -1,4 +1,5 @@
-"""A sweep's promotion on reruns: no config faster than itself, no verdict from noise.
+"""A sweep's promotion on reruns: no config faster than itself, no verdict from noise
+(nor a best from one noisy window: the study's finalists are measured side by side).
 
 The toy family's real kernels under the interpreter, real SQLite databases and journal
 storages. The default tile (16) is the slowest valid one and 1024 the fastest, by far
@@ -9,18 +10,22 @@ from __future__ import annotations
 
 import os
 import socket
+import time
+from collections.abc import Mapping
 
 import pytest
 from click.testing import CliRunner
 
+from spectune.autotune import Search, SearchObserver, Status, TrialRecord
 from spectune.autotune.problems import SweepItem
-from spectune.autotune.sweep import SweepOptions, run_item
+from spectune.autotune.sweep import SweepOptions, _runners_up, run_item
 from spectune.autotune.trial import TrialRunner
 from spectune.cli import main
 from spectune.db import TunedRow, open_store
 from spectune.identity import detect_device, detect_software
+from spectune.kernels import FAMILIES
 from spectune.space import Problem
-from tests.autotune.toy_family import ToySumFamily
+from tests.autotune.toy_family import ToyInputs, ToySumFamily
 
 if os.environ.get("TRITON_INTERPRET", "0") in ("", "0"):
     pytest.skip("sweeps run kernels under TRITON_INTERPRET=1", allow_module_level=True)
@@ -123,3 +128,84 @@ def test_cli_rerun_says_up_to_date(toy_registered, places) -> None:
     again = runner.invoke(main, args)
     assert again.exit_code == 0, again.output
     assert "up to date" in again.output
+
+
+class _LoadedToy(ToySumFamily, SearchObserver):
+    """The toy family on a host where a neighbour's load slows the fastest tile while the
+    study runs (each of its launches waits 40 ms more, several times its own time) and
+    stops when the study does; it counts launches."""
+
+    def __init__(self) -> None:
+        self.loaded = True
+        self.launches = 0
+
+    def launch(self, inputs: ToyInputs, config: Mapping[str, int]):  # type: ignore[no-untyped-def]
+        self.launches += 1
+        if self.loaded and config["BLOCK"] == FASTEST["BLOCK"]:
+            time.sleep(0.04)
+        return super().launch(inputs, config)
+
+    def on_stop(self, result: object) -> None:
+        self.loaded = False
+
+
+def _loaded_sweep(places: dict[str, str], monkeypatch: pytest.MonkeyPatch, **options: object):
+    toy = _LoadedToy()
+    monkeypatch.setitem(FAMILIES, toy.name, toy)
+    opts = SweepOptions(trials=10, db=places["db"], storage=places["storage"], **options)  # type: ignore[arg-type]
+    result = run_item(ITEM, options=opts, observers=[toy])
+    study = Search(space=toy.search_space(detect_device().backend), storage=places["storage"],
+                   study_name=result.study)
+    return toy, result, study
+
+
+def test_the_study_best_from_a_loaded_window_loses_its_rematch(places, monkeypatch) -> None:
+    """The load made the study's best the 256 tile; measured again side by side once it
+    is gone, 1024 beats it and is promoted, with the trial that found it."""
+    # Every valid tile is a finalist, however far behind the load put it.
+    toy, result, study = _loaded_sweep(places, monkeypatch, finalists=4, finalist_ratio=100.0)
+    assert study.best().config == {"BLOCK": 256, "BUG": 0}  # the load's verdict
+    assert result.best_config == FASTEST and result.promoted == "inserted"
+    [row] = open_store(places["db"]).rows()
+    assert row.config == FASTEST and row.tuned == result.best
+    [found] = [r for r in study.history() if r.config == FASTEST]
+    assert result.best_evaluation == found.evaluation
+    # A rerun with no trial since finds this study's own row: up to date, no launch.
+    toy.launches = 0
+    again = run_item(ITEM, options=SweepOptions(
+        trials=10, db=places["db"], storage=places["storage"], finalists=4,
+        finalist_ratio=100.0))
+    assert (again.best_config, again.promoted, toy.launches) == (FASTEST, "up to date", 0)
+    assert open_store(places["db"]).rows() == [row]
+
+
+@pytest.mark.parametrize("options", [{"finalists": 1, "finalist_ratio": 100.0},
+                                     {"finalists": 4, "finalist_ratio": 1.5}])
+def test_without_the_rematch_the_loaded_window_decides(places, monkeypatch, options) -> None:
+    """finalists=1: the study's best is promoted as it was timed (what the rematch
+    fixes); so it is when the load put the fastest tile past the ratio (40 ms against
+    the 256 tile's few)."""
+    _, result, study = _loaded_sweep(places, monkeypatch, **options)
+    assert result.best_config == study.best().config == {"BLOCK": 256, "BUG": 0}
+    assert result.promoted == "inserted"
+
+
+def _record(number: int, block: int, time_us: float | None, status: Status = Status.OK
+            ) -> TrialRecord:
+    return TrialRecord(number=number, evaluation=number + 1, config={"BLOCK": block},
+                       status=status, time=time_us, failure=None, message="", cost=0.0,
+                       warm_start=False)
+
+
+def test_runners_up_are_the_next_fastest_configs_within_the_ratio() -> None:
+    """Each config once (a resumed study repeats some), failures left out, fastest first,
+    none past ``ratio`` times the best's time, at most ``count``."""
+    best = _record(3, 256, 10.0)
+    history = [_record(0, 16, 40.0), _record(1, 64, 14.0), _record(2, 1024, 12.0), best,
+               _record(4, 64, 13.0), _record(5, 3, None, Status.FAIL), _record(6, 256, 11.0),
+               _record(7, 512, 15.5)]
+    assert [r.number for r in _runners_up(history, best, count=5, ratio=1.5)] == [2, 4]
+    assert [r.number for r in _runners_up(history, best, count=1, ratio=1.5)] == [2]
+    assert [r.number for r in _runners_up(history, best, count=5, ratio=1.6)] == [2, 4, 7]
+    assert _runners_up(history, best, count=0, ratio=1.5) == []
+    assert _runners_up(history, best, count=5, ratio=1.0) == []

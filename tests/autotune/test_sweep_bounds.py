@@ -141,7 +141,8 @@ def test_trials_past_the_space_are_refused(
     ("field", "value"),
     [("sampler", "nope"), ("seed", -1), ("seed", MAX_SEED + 1), ("workers", 0),
      ("workers", max_workers() + 1), ("trials", 0), ("patience", 0), ("time_budget", math.nan),
-     ("time_budget", math.inf), ("trial_time_limit", -1.0), ("trials", True)],
+     ("time_budget", math.inf), ("trial_time_limit", -1.0), ("trials", True),
+     ("finalists", 0), ("finalist_ratio", 0.9), ("finalist_ratio", math.nan)],
 )
 def test_sweep_options_are_checked_when_made(field: str, value: object) -> None:
     """Before: an unknown sampler or a bad seed ended in a traceback after the inputs
