@@ -327,6 +327,47 @@ class _GainStall(GPStrategy):
         return len(times) - 1 - last
 
 
+class _BestLineCover(GPStrategy):
+    """Some proposals are uniform draws on the untried lines of the best configuration
+    (or of one of the ``cover_elites`` best, drawn): a line (parameter) first, then a
+    value on it. ``when="lines"``: on the turns ``turns`` (mod 3) of the evaluations since
+    the elites' lines began, escapes excepted; ``when="always"``: from ``global_until``
+    on, one evaluation in ``period``."""
+
+    def __init__(self, *, when: str = "lines", turns: tuple[int, ...] = (1,), period: int = 3,
+                 cover_elites: int = 1, **kw: object) -> None:
+        super().__init__(**kw)  # type: ignore[arg-type]
+        self.when, self.turns, self.period = when, turns, period
+        self.cover_elites = cover_elites
+
+    def _cover_turn(self, history: History) -> bool:
+        if self._gp is None or self.lines_after is None:
+            return False
+        if self.when == "always":
+            n = len(history.rows)
+            return n >= self.global_until and n % self.period == 0
+        since = self._since_best(history)
+        return (since >= self.lines_after and not self._escaping(history)
+                and (since - self.lines_after) % 3 in self.turns)
+
+    def propose(self, ctx: ProposalContext) -> int | None:
+        h = ctx.history
+        if self._cover_turn(h):
+            available = np.flatnonzero(ctx.available)
+            grid = ctx.index.grid
+            order = np.argsort(np.where(h.ok, h.times, np.inf), kind="stable")
+            elites = h.rows[order[: min(self.cover_elites, int(h.ok.sum()))]]
+            centre = elites[int(ctx.rng.integers(len(elites)))]
+            differs = grid[available] != grid[centre]
+            on_line = differs.sum(axis=1) == 1
+            if on_line.any():
+                params = np.flatnonzero(differs[on_line].any(axis=0))
+                j = params[int(ctx.rng.integers(len(params)))]
+                rows = available[on_line & differs[:, j]]
+                return int(rows[int(ctx.rng.integers(len(rows)))])
+        return super().propose(ctx)
+
+
 def _fewest_held(codes: np.ndarray, held: np.ndarray, rows: np.ndarray) -> np.ndarray:
     """The ``rows`` whose code (a switch setting) ``held`` rows have fewest of."""
     count = np.bincount(codes[held], minlength=int(codes.max()) + 1)[codes[rows]]
@@ -553,6 +594,22 @@ VARIANTS = {
            ("rough8", _LinesSoonerWhenRough, {"rough_after": 8}),
            ("gain2", _GainStall, {"min_gain": 0.02}),
            ("gain5", _GainStall, {"min_gain": 0.05}),
+       ]},
+    # Written after tracing convolution_A100's seeds (its optimum is a spike on the
+    # block_size_x line through lesser elites, which the seeds reach late or not at all):
+    # uniform draws on the best's lines instead of the model's, on one / two of three
+    # proposals on the lines (-blc-l1, -blc-l12; -blc-l1-e3: the line of one of the 3
+    # best), or on one in three / four proposals from 10 evaluations (-blc-a3, -blc-a4,
+    # -blc-a3-e3). Each puts fewer seeds on the optimum than auto (docs/replay.md).
+    **{f"gp-ei-switch-{tag}": functools.partial(_rough_variant, _BestLineCover,
+                                                switch_turns=TYPICAL_NOISE, **kw)
+       for tag, kw in [
+           ("blc-l1", {"when": "lines", "turns": (1,)}),
+           ("blc-l12", {"when": "lines", "turns": (1, 2)}),
+           ("blc-l1-e3", {"when": "lines", "turns": (1,), "cover_elites": 3}),
+           ("blc-a3", {"when": "always", "period": 3}),
+           ("blc-a4", {"when": "always", "period": 4}),
+           ("blc-a3-e3", {"when": "always", "period": 3, "cover_elites": 3}),
        ]},
     # gp-ei-switch (auto) on every observation and candidate however long the study: auto
     # before MODEL_POINTS / LATE_CANDIDATES (the same below 257 evaluations).
