@@ -47,6 +47,7 @@ import numpy as np  # noqa: E402
 from spectune.autotune import STRATEGIES  # noqa: E402
 from spectune.autotune._gp import TYPICAL_NOISE, GaussianProcess  # noqa: E402
 from spectune.autotune._strategies import (  # noqa: E402
+    SWITCH_TURN_EVERY,
     GPStrategy,
     InterleavedStrategy,
     OptunaStrategy,
@@ -330,8 +331,9 @@ class _GainStall(GPStrategy):
 class _BestLineCover(GPStrategy):
     """Some proposals are uniform draws on the untried lines of the best configuration
     (or of one of the ``cover_elites`` best, drawn): a line (parameter) first, then a
-    value on it. ``when="lines"``: on the turns ``turns`` (mod 3) of the evaluations since
-    the elites' lines began, escapes excepted; ``when="always"``: from ``global_until``
+    value on it. ``when="lines"``: on the turns ``turns`` (mod ``SWITCH_TURN_EVERY``, whose
+    turn 0 is the switch turn) of the evaluations since the elites' lines began, escapes
+    excepted; ``when="always"``: from ``global_until``
     on, one evaluation in ``period``."""
 
     def __init__(self, *, when: str = "lines", turns: tuple[int, ...] = (1,), period: int = 3,
@@ -348,15 +350,14 @@ class _BestLineCover(GPStrategy):
             return n >= self.global_until and n % self.period == 0
         since = self._since_best(history)
         return (since >= self.lines_after and not self._escaping(history)
-                and (since - self.lines_after) % 3 in self.turns)
+                and (since - self.lines_after) % SWITCH_TURN_EVERY in self.turns)
 
     def propose(self, ctx: ProposalContext) -> int | None:
         h = ctx.history
         if self._cover_turn(h):
             available = np.flatnonzero(ctx.available)
             grid = ctx.index.grid
-            order = np.argsort(np.where(h.ok, h.times, np.inf), kind="stable")
-            elites = h.rows[order[: min(self.cover_elites, int(h.ok.sum()))]]
+            elites = h.fastest_rows(self.cover_elites)
             centre = elites[int(ctx.rng.integers(len(elites)))]
             differs = grid[available] != grid[centre]
             on_line = differs.sum(axis=1) == 1

@@ -700,9 +700,20 @@ def _history(trials: Sequence[FrozenTrial]) -> list[TrialRecord]:
     return [to_record(t, i + 1) for i, t in enumerate(charged)]
 
 
+def succeeded(history: Sequence[TrialRecord]) -> list[TrialRecord]:
+    """The evaluations of ``history`` that succeeded with a time, in its order."""
+    return [r for r in history if r.status is Status.OK and r.time is not None]
+
+
+def time_order(record: TrialRecord) -> tuple[float, int]:
+    """Sort key of successes: faster first, ties to the earlier trial."""
+    assert record.time is not None
+    return record.time, record.number
+
+
 def _best(history: Sequence[TrialRecord]) -> TrialRecord | None:
-    ok = [r for r in history if r.status is Status.OK and r.time is not None]
-    return min(ok, key=lambda r: (r.time, r.number)) if ok else None
+    ok = succeeded(history)
+    return min(ok, key=time_order) if ok else None
 
 
 def _since_improvement(history: Sequence[TrialRecord]) -> int:

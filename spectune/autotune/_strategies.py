@@ -256,8 +256,7 @@ class GPStrategy(Strategy):
             return other if len(other) else candidates
         if self._on_lines(h):
             grid = ctx.index.grid[candidates]
-            order = np.argsort(np.where(h.ok, h.times, np.inf), kind="stable")
-            centres = ctx.index.grid[h.rows[order[: min(self.elites, int(h.ok.sum()))]]]
+            centres = ctx.index.grid[h.fastest_rows(self.elites)]
             near = ((grid[:, None, :] != centres[None, :, :]).sum(axis=2) <= 1).any(axis=1)
             region = candidates[near]
         else:

@@ -45,6 +45,12 @@ class History:
             return None
         return int(self.rows[int(np.nanargmin(self.times))])
 
+    def fastest_rows(self, count: int) -> np.ndarray:
+        """Rows of the ``count`` fastest successes (fewer if fewer succeeded), fastest
+        first, ties in trial order."""
+        order = np.argsort(np.where(self.ok, self.times, np.inf), kind="stable")
+        return self.rows[order[: min(count, int(self.ok.sum()))]]
+
 
 @dataclass(frozen=True)
 class ProposalContext:

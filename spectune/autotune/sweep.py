@@ -33,9 +33,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from spectune.autotune._engine import Search, SearchObserver, search
+from spectune.autotune._engine import Search, SearchObserver, search, succeeded, time_order
 from spectune.autotune._isolated import IsolatedRunner, TrialWorkerLost, WorkerStartError
-from spectune.autotune._outcome import Status, TrialRecord
+from spectune.autotune._outcome import TrialRecord
 from spectune.autotune._storage import studies_beside
 from spectune.autotune._strategies import STRATEGIES, make_strategy
 from spectune.autotune._strategy import Strategy
@@ -319,9 +319,7 @@ def _runners_up(history: Sequence[TrialRecord], best: TrialRecord, *, count: int
     assert best.time is not None
     seen = [best.config]
     found: list[TrialRecord] = []
-    ok = sorted((r for r in history if r.status is Status.OK and r.time is not None),
-                key=lambda r: (r.time, r.number))
-    for record in ok:
+    for record in sorted(succeeded(history), key=time_order):
         if len(found) >= count or record.time > best.time * ratio:  # type: ignore[operator]
             break
         if record.config not in seen:

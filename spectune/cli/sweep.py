@@ -101,8 +101,8 @@ def sweep(
     runners-up are measured again side by side (--finalists); a config is written to the
     database only when faster than the current row or the default by the promotion rule,
     the two measured side by side until the rule decides (a best the database already
-    holds is "up to date"). Numbers past the kernels' declared limits are refused before anything
-    runs. Ctrl-C stops cleanly: finished trials are kept, and a rerun resumes.
+    holds is "up to date"). Numbers past the kernels' declared limits are refused before
+    anything runs. Ctrl-C stops cleanly: finished trials are kept, and a rerun resumes.
 
     The results table fits an 80-column terminal (the problem, its best config below it,
     default and best p50, speedup, the database's verdict); --wide shows every column,
