@@ -328,6 +328,38 @@ class _GainStall(GPStrategy):
         return len(times) - 1 - last
 
 
+class _EliteConsensus(GPStrategy):
+    """On rough lines, draws in the elites' consensus: the configurations that keep every
+    value all the elites share (convolution_A100's runner-up seeds: the elites share the
+    tile and the switches, and the optimum sits in their block-size plane, two
+    parameters from the runner-up). ``mode``: the Thompson draw on the lines alternates
+    with one over the consensus (``"alt"``, at odd counts of evaluations since the best)
+    or covers only it (``"only"``); with ``"uniform-alt"`` / ``"uniform-only"`` those
+    turns are uniform draws instead."""
+
+    def __init__(self, *, mode: str, **kw: object) -> None:
+        super().__init__(**kw)  # type: ignore[arg-type]
+        self.mode = mode
+
+    def _candidates(self, ctx: ProposalContext) -> np.ndarray:
+        lines = super()._candidates(ctx)
+        h = ctx.history
+        if self._gp is None or not self._rough_lines(h):
+            return lines
+        if self.mode.endswith("alt") and self._since_best(h) % 2 == 0:
+            return lines
+        grid = ctx.index.grid
+        elites = grid[h.fastest_rows(self.elites)]
+        shared = np.all(elites == elites[0], axis=0)
+        rows = np.flatnonzero(ctx.available)
+        region = rows[np.all(grid[rows][:, shared] == elites[0][shared], axis=1)]
+        if not len(region):
+            return lines
+        if self.mode.startswith("uniform"):
+            return region[[int(ctx.rng.integers(len(region)))]]
+        return region
+
+
 class _BestLineCover(GPStrategy):
     """Some proposals are uniform draws on the untried lines of the best configuration
     (or of one of the ``cover_elites`` best, drawn): a line (parameter) first, then a
@@ -432,10 +464,11 @@ class _CoverSettings(_NearTurns):
         return rows[score == score.min()]
 
 
-def _rough_variant(cls: type[GPStrategy], seed: int, **kw: object) -> GPStrategy:
+def _rough_variant(cls: type[GPStrategy], seed: int, *, global_until: int = 10,
+                   **kw: object) -> GPStrategy:
     """``gp-ei-rough`` (``auto`` before ``gp-ei-switch``) as ``cls``."""
-    return cls(failures="worst", alignment=True, global_until=10, lines_after=16, stall=40,  # type: ignore[arg-type]
-               rough_lines=TYPICAL_NOISE, **kw)
+    return cls(failures="worst", alignment=True, global_until=global_until, lines_after=16,  # type: ignore[arg-type]
+               stall=40, rough_lines=TYPICAL_NOISE, **kw)
 
 
 def _phase_gp(seed: int, **kw: object) -> _PhaseGP:
@@ -612,6 +645,27 @@ VARIANTS = {
            ("blc-a4", {"when": "always", "period": 4}),
            ("blc-a3-e3", {"when": "always", "period": 3, "cover_elites": 3}),
        ]},
+    # Written after convolution_MI250X at 10 evaluations (auto under random search there;
+    # gp-ei-ts10 had been level with it before the switch turns): Thompson draws for the
+    # model's proposals before the 7th / 8th / 10th evaluation, in the trust region
+    # (-ts7, -ts8, -ts10; expected improvement over the whole space up to 10 after them)
+    # or over the whole space (-tsw10). None kept (docs/replay.md).
+    **{f"gp-ei-switch-{tag}": functools.partial(_rough_variant, _EarlyThompson,
+                                                switch_turns=TYPICAL_NOISE, **kw)
+       for tag, kw in [
+           ("ts7", {"until": 7}),
+           ("ts8", {"until": 8}),
+           ("ts10", {"until": 10, "global_until": 0}),
+           ("tsw10", {"until": 10}),
+       ]},
+    # Written after convolution_A100's runner-up seeds (the elites share the tile and
+    # switches; the optimum is in their block-size plane): on rough lines, draws in the
+    # elites' consensus in turns with the lines (-cons-alt) or instead of them
+    # (-cons-only), by the model or uniformly (-cons-ualt, -cons-uonly). None kept.
+    **{f"gp-ei-switch-cons-{tag}": functools.partial(_rough_variant, _EliteConsensus,
+                                                     switch_turns=TYPICAL_NOISE, mode=mode)
+       for tag, mode in [("alt", "alt"), ("only", "only"), ("ualt", "uniform-alt"),
+                         ("uonly", "uniform-only")]},
     # gp-ei-switch (auto) on every observation and candidate however long the study: auto
     # before MODEL_POINTS / LATE_CANDIDATES (the same below 257 evaluations).
     "gp-ei-switch-all": functools.partial(_rough_variant, GPStrategy,

@@ -13,11 +13,17 @@ purpose bound the cost: the target's own five slowest correct configurations
 configuration transfers and nothing is charged). Prints two Markdown tables of the
 fraction of the optimum at each budget: the median over seeds, and the mean (steadier
 than the median where seeds split between two basins).
+
+``--base-sees own`` measures a variant of ``TransferStrategy`` (not the product's): the
+base strategy never sees the prior's evaluations (its model, best, trust region and
+start are its own), so it searches as it would without a prior, a few turns later.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import functools
 import json
 import os
 import sys
@@ -28,6 +34,13 @@ for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
 
 import numpy as np  # noqa: E402
 
+from spectune.autotune import (  # noqa: E402
+    STRATEGIES,
+    History,
+    ProposalContext,
+    Strategy,
+    TransferStrategy,
+)
 from spectune.autotune.replay import (  # noqa: E402
     RecordedSpace,
     ReplayReport,
@@ -50,6 +63,30 @@ PAIRS = (
 )
 
 
+class OwnEvaluations(Strategy):
+    """``base`` on a history without the evaluations of ``prior`` (``--base-sees own``)."""
+
+    def __init__(self, base: Strategy, *, prior: list[dict[str, int]]) -> None:
+        self.base = base
+        self.prior = prior
+        self.name = f"{base.name}-own"
+        self._members: set[int] | None = None
+
+    def propose(self, ctx: ProposalContext) -> int | None:
+        if self._members is None:
+            self._members = {r for c in self.prior if (r := ctx.index.row(c)) is not None}
+        h = ctx.history
+        mine = np.array([int(r) not in self._members for r in h.rows], dtype=bool)
+        own = History(rows=h.rows[mine], times=h.times[mine], pending=h.pending)
+        return self.base.propose(dataclasses.replace(ctx, history=own))
+
+
+def own_transfer(seed: int, *, sampler: str, prior: list[dict[str, int]]) -> Strategy:
+    """``TransferStrategy`` around ``sampler`` whose base sees only its own evaluations."""
+    base = OwnEvaluations(STRATEGIES[sampler](seed), prior=prior)
+    return TransferStrategy(base, prior=prior, random_start=0)
+
+
 def slowest(space: RecordedSpace, n: int) -> list[dict[str, int]]:
     """The ``n`` slowest correct configurations: a prior as wrong as one can be."""
     ranked = sorted(((r.time, k) for k, r in space.records.items() if r.ok), reverse=True)
@@ -66,13 +103,22 @@ def main() -> int:
     parser.add_argument("--workers", type=int, default=1)
     parser.add_argument("--top", type=int, default=5, help="prior configurations")
     parser.add_argument("--sampler", default="auto")
+    parser.add_argument("--base-sees", choices=("all", "own"), default="all",
+                        help="own: the base strategy never sees the prior's evaluations "
+                             "(a variant, not what TransferStrategy does)")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
     pairs = [tuple(p.split(":")) for p in args.pairs.split(",") if p] or list(PAIRS)
 
-    def run(target: RecordedSpace, **kw: object) -> dict[str, list[float]]:
+    def run(target: RecordedSpace, *, prior: list[dict[str, int]] | None = None,
+            **kw: object) -> dict[str, list[float]]:
+        sampler: object = args.sampler
+        if prior and args.base_sees == "own":
+            sampler = functools.partial(own_transfer, sampler=args.sampler, prior=prior)
+        elif prior:
+            kw["prior"] = prior
         report = replay(target, budget=args.budget, repeats=args.repeats,
-                        sampler=args.sampler, workers=args.workers, **kw)  # type: ignore[arg-type]
+                        sampler=sampler, workers=args.workers, **kw)  # type: ignore[arg-type]
         return _stats(report)
 
     records = []

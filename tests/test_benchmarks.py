@@ -4,6 +4,7 @@ the GPU sessions that run it for real (scripts/gpu_check.sh)."""
 
 from __future__ import annotations
 
+import functools
 import importlib
 import json
 import os
@@ -209,6 +210,33 @@ def test_rough_region_draws_also_cover_the_trust_region(mode: str) -> None:
     chosen = {grid[r] for r in strategy._candidates(ctx)}
     # Five evaluations since the best: odd, so the alternating draw takes the region.
     assert chosen == (lines | region if mode == "union" else region)
+
+
+@pytest.mark.parametrize("mode", ["alt", "only", "uniform-alt", "uniform-only"])
+def test_consensus_draws_keep_every_value_the_elites_share(mode: str) -> None:
+    """``gp-ei-switch-cons-*`` on rough lines (forced here): the draws cover the
+    configurations that keep the values all elites share (by the model, or one drawn
+    uniformly), in turns with the lines or instead of them."""
+    class Rough(_benchmark("bench_replay")._EliteConsensus):  # type: ignore[misc, name-defined]
+        def _rough_lines(self, history: object) -> bool:
+            return True
+
+    rows = [0, 7, 14, 21, 28, 35, 41, 50]
+    times = [5.0, 4.0, 1.0, 3.0, 6.0, 2.0, 7.0, 8.0]
+    ctx, grid = _small_context(rows, times)
+    strategy = Rough(mode=mode, failures="worst", alignment=True, lines_after=5, elites=2)
+    strategy.propose(ctx)
+    seen = {grid[r] for r in rows}
+    best, second = grid[14], grid[35]
+    shared = [j for j in range(4) if best[j] == second[j]]
+    assert 0 < len(shared) < 4
+    consensus = {g for g in set(grid) - seen if all(g[j] == best[j] for j in shared)}
+    chosen = {grid[r] for r in strategy._candidates(ctx)}
+    # Five evaluations since the best: odd, so the alternating draw takes the consensus.
+    if mode.startswith("uniform"):
+        assert len(chosen) == 1 and chosen <= consensus
+    else:
+        assert chosen == consensus
 
 
 def test_hidden_probes_leave_the_model_unless_they_are_the_best() -> None:
@@ -560,3 +588,50 @@ def test_replay_benchmark_seed_gives_another_seed_set_for_engine_and_peers(
     assert curves[0]["gp-tr"]["results"] != curves[1]["gp-tr"]["results"]
     assert (curves[0]["kt-random_sample"]["results"]
             != curves[1]["kt-random_sample"]["results"])
+
+
+def test_transfer_variant_keeps_the_prior_out_of_the_base_strategys_history(
+    tmp_path: Path,
+) -> None:
+    """``bench_transfer.py --base-sees own``: the base strategy proposes on its own
+    evaluations only, while the prior still takes its alternate turns first."""
+    bench = _benchmark("bench_transfer")
+    from spectune.autotune import Strategy
+
+    seen: list[list[int]] = []
+
+    class Recorder(Strategy):
+        name = "recorder"
+
+        def propose(self, ctx):  # type: ignore[no-untyped-def]
+            seen.append([int(r) for r in ctx.history.rows])
+            return None
+
+    rows = [0, 7, 14, 21, 28]
+    ctx, _ = _small_context(rows, [5.0, 4.0, 6.0, 3.0, 7.0])
+    prior = [ctx.index.config(7), ctx.index.config(21), ctx.index.config(40)]  # type: ignore[attr-defined]
+    bench.OwnEvaluations(Recorder(), prior=prior).propose(ctx)
+    assert seen == [[0, 14, 28]]
+
+    from spectune.autotune import SpaceIndex
+    from spectune.autotune.replay import engine_run, load_t4, prior_configs, write_synthetic
+
+    target = load_t4(write_synthetic(tmp_path / "t.json.gz", seed=3))
+    configs = prior_configs(load_t4(write_synthetic(tmp_path / "p.json.gz", seed=4)), target)
+    assert configs
+    index = SpaceIndex(target.space)
+    first = [index.row(c) for c in configs]
+    picks: list[int] = []
+    factory = functools.partial(bench.own_transfer, sampler="auto", prior=configs)
+    strategy = factory(1)
+    propose = strategy.propose
+
+    def recording(ctx):  # type: ignore[no-untyped-def]
+        row = propose(ctx)
+        picks.append(len(ctx.history.rows) if row in first else -1)
+        return row
+
+    strategy.propose = recording  # type: ignore[method-assign]
+    curve, _ = engine_run(target, budget=30, sampler=lambda seed: strategy, seed=1, index=index)
+    assert curve.shape == (30,) and np.all(np.diff(curve) >= 0)
+    assert picks[0] == 0  # the prior's first pick is the study's first evaluation
