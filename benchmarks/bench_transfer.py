@@ -27,12 +27,15 @@ import functools
 import json
 import os
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_var, "1")
 
 import numpy as np  # noqa: E402
+import optuna  # noqa: E402
+from optuna.trial import FrozenTrial, TrialState  # noqa: E402
 
 from spectune.autotune import (  # noqa: E402
     STRATEGIES,
@@ -79,6 +82,13 @@ class OwnEvaluations(Strategy):
         mine = np.array([int(r) not in self._members for r in h.rows], dtype=bool)
         own = History(rows=h.rows[mine], times=h.times[mine], pending=h.pending)
         return self.base.propose(dataclasses.replace(ctx, history=own))
+
+    def before_trial(self, study: optuna.Study, trial: FrozenTrial) -> None:
+        self.base.before_trial(study, trial)
+
+    def after_trial(self, study: optuna.Study, trial: FrozenTrial, state: TrialState,
+                    values: Sequence[float] | None) -> None:
+        self.base.after_trial(study, trial, state, values)
 
 
 def own_transfer(seed: int, *, sampler: str, prior: list[dict[str, int]]) -> Strategy:
