@@ -270,24 +270,37 @@ class _NearTurns(GPStrategy):
         return near if len(near) else candidates
 
 
-class _RoughRegion(GPStrategy):
-    """On rough lines (``rough_lines``), the Thompson draw covers the lines and the trust
-    region around the best (``mode="union"``), or takes them in turns, the region at odd
-    counts of evaluations since the best (``mode="alt"``)."""
+class _RoughLinesRegion(GPStrategy):
+    """On rough lines (``rough_lines``), the Thompson draw also covers a region
+    (``_region``): together with the lines (``mode="union"``), in turns with them, the
+    region at odd counts of evaluations since the best (``mode="alt"``), or instead of
+    them (``mode="only"``). The lines stay where the region holds nothing."""
 
     def __init__(self, *, mode: str, **kw: object) -> None:
         super().__init__(**kw)  # type: ignore[arg-type]
         self.mode = mode
+
+    def _region(self, ctx: ProposalContext) -> np.ndarray:
+        raise NotImplementedError
 
     def _candidates(self, ctx: ProposalContext) -> np.ndarray:
         lines = super()._candidates(ctx)
         h = ctx.history
         if self._gp is None or not self._rough_lines(h):
             return lines
-        region = self._trust_region(ctx, np.flatnonzero(ctx.available))
-        if self.mode == "union":
-            return np.union1d(lines, region)
-        return region if self._since_best(h) % 2 == 1 and len(region) else lines
+        if self.mode == "alt" and self._since_best(h) % 2 == 0:
+            return lines
+        region = self._region(ctx)
+        if not len(region):
+            return lines
+        return np.union1d(lines, region) if self.mode == "union" else region
+
+
+class _RoughRegion(_RoughLinesRegion):
+    """The region is the trust region around the best."""
+
+    def _region(self, ctx: ProposalContext) -> np.ndarray:
+        return self._trust_region(ctx, np.flatnonzero(ctx.available))
 
 
 class _LinesSoonerWhenRough(GPStrategy):
@@ -328,34 +341,24 @@ class _GainStall(GPStrategy):
         return len(times) - 1 - last
 
 
-class _EliteConsensus(GPStrategy):
-    """On rough lines, draws in the elites' consensus: the configurations that keep every
-    value all the elites share (convolution_A100's runner-up seeds: the elites share the
-    tile and the switches, and the optimum sits in their block-size plane, two
-    parameters from the runner-up). ``mode``: the Thompson draw on the lines alternates
-    with one over the consensus (``"alt"``, at odd counts of evaluations since the best)
-    or covers only it (``"only"``); with ``"uniform-alt"`` / ``"uniform-only"`` those
-    turns are uniform draws instead."""
+class _EliteConsensus(_RoughLinesRegion):
+    """The region is the elites' consensus: the configurations that keep every value all
+    the elites share (convolution_A100's runner-up seeds: the elites share the tile and
+    the switches, and the optimum sits in their block-size plane, two parameters from
+    the runner-up); with ``uniform``, one of them drawn uniformly instead of the model's
+    draw."""
 
-    def __init__(self, *, mode: str, **kw: object) -> None:
-        super().__init__(**kw)  # type: ignore[arg-type]
-        self.mode = mode
+    def __init__(self, *, uniform: bool = False, **kw: object) -> None:
+        super().__init__(**kw)
+        self.uniform = uniform
 
-    def _candidates(self, ctx: ProposalContext) -> np.ndarray:
-        lines = super()._candidates(ctx)
-        h = ctx.history
-        if self._gp is None or not self._rough_lines(h):
-            return lines
-        if self.mode.endswith("alt") and self._since_best(h) % 2 == 0:
-            return lines
+    def _region(self, ctx: ProposalContext) -> np.ndarray:
         grid = ctx.index.grid
-        elites = grid[h.fastest_rows(self.elites)]
+        elites = grid[ctx.history.fastest_rows(self.elites)]
         shared = np.all(elites == elites[0], axis=0)
         rows = np.flatnonzero(ctx.available)
         region = rows[np.all(grid[rows][:, shared] == elites[0][shared], axis=1)]
-        if not len(region):
-            return lines
-        if self.mode.startswith("uniform"):
+        if self.uniform and len(region):
             return region[[int(ctx.rng.integers(len(region)))]]
         return region
 
@@ -663,9 +666,10 @@ VARIANTS = {
     # elites' consensus in turns with the lines (-cons-alt) or instead of them
     # (-cons-only), by the model or uniformly (-cons-ualt, -cons-uonly). None kept.
     **{f"gp-ei-switch-cons-{tag}": functools.partial(_rough_variant, _EliteConsensus,
-                                                     switch_turns=TYPICAL_NOISE, mode=mode)
-       for tag, mode in [("alt", "alt"), ("only", "only"), ("ualt", "uniform-alt"),
-                         ("uonly", "uniform-only")]},
+                                                     switch_turns=TYPICAL_NOISE, mode=mode,
+                                                     uniform=uniform)
+       for tag, mode, uniform in [("alt", "alt", False), ("only", "only", False),
+                                  ("ualt", "alt", True), ("uonly", "only", True)]},
     # gp-ei-switch (auto) on every observation and candidate however long the study: auto
     # before MODEL_POINTS / LATE_CANDIDATES (the same below 257 evaluations).
     "gp-ei-switch-all": functools.partial(_rough_variant, GPStrategy,

@@ -189,51 +189,53 @@ def test_near_turns_change_the_switches_and_at_most_one_other_parameter() -> Non
         g for g in set(grid) - seen if g[2:] != best[2:]}
 
 
-@pytest.mark.parametrize("mode", ["union", "alt"])
-def test_rough_region_draws_also_cover_the_trust_region(mode: str) -> None:
-    """``gp-ei-switch-rtr`` / ``-rtr-alt`` on rough lines (forced here): the lines through
-    the elites and the radius-2 region around the best, together or in turns."""
-    class Rough(_benchmark("bench_replay")._RoughRegion):  # type: ignore[misc, name-defined]
+def _forced_rough_candidates(cls_name: str, **kw: object
+                             ) -> tuple[set[tuple[int, ...]], list[tuple[int, ...]], list[int]]:
+    """The candidates of ``bench_replay.<cls_name>``'s proposal on rough lines (forced),
+    with lines through the 2 elites after 5 evaluations without improvement; the
+    configurations never evaluated, the grid and the evaluated rows beside. The best
+    is row 14, the second best row 35, five evaluations since the best."""
+    class Rough(getattr(_benchmark("bench_replay"), cls_name)):  # type: ignore[misc]
         def _rough_lines(self, history: object) -> bool:
             return True
 
     rows = [0, 7, 14, 21, 28, 35, 41, 50]
     times = [5.0, 4.0, 1.0, 3.0, 6.0, 2.0, 7.0, 8.0]
     ctx, grid = _small_context(rows, times)
-    strategy = Rough(mode=mode, failures="worst", alignment=True, lines_after=5, elites=2)
+    strategy = Rough(failures="worst", alignment=True, lines_after=5, elites=2, **kw)
     strategy.propose(ctx)
+    return {grid[r] for r in strategy._candidates(ctx)}, grid, rows
+
+
+@pytest.mark.parametrize("mode", ["union", "alt"])
+def test_rough_region_draws_also_cover_the_trust_region(mode: str) -> None:
+    """``gp-ei-switch-rtr`` / ``-rtr-alt`` on rough lines (forced here): the lines through
+    the elites and the radius-2 region around the best, together or in turns."""
+    chosen, grid, rows = _forced_rough_candidates("_RoughRegion", mode=mode)
     seen = {grid[r] for r in rows}
     best, second = grid[14], grid[35]
     lines = {g for g in set(grid) - seen
              if min(sum(a != b for a, b in zip(g, c, strict=True)) for c in (best, second)) <= 1}
     region = {g for g in set(grid) - seen if sum(a != b for a, b in zip(g, best, strict=True)) <= 2}
-    chosen = {grid[r] for r in strategy._candidates(ctx)}
     # Five evaluations since the best: odd, so the alternating draw takes the region.
     assert chosen == (lines | region if mode == "union" else region)
 
 
-@pytest.mark.parametrize("mode", ["alt", "only", "uniform-alt", "uniform-only"])
-def test_consensus_draws_keep_every_value_the_elites_share(mode: str) -> None:
+@pytest.mark.parametrize("mode", ["alt", "only"])
+@pytest.mark.parametrize("uniform", [False, True])
+def test_consensus_draws_keep_every_value_the_elites_share(mode: str, uniform: bool) -> None:
     """``gp-ei-switch-cons-*`` on rough lines (forced here): the draws cover the
     configurations that keep the values all elites share (by the model, or one drawn
     uniformly), in turns with the lines or instead of them."""
-    class Rough(_benchmark("bench_replay")._EliteConsensus):  # type: ignore[misc, name-defined]
-        def _rough_lines(self, history: object) -> bool:
-            return True
-
-    rows = [0, 7, 14, 21, 28, 35, 41, 50]
-    times = [5.0, 4.0, 1.0, 3.0, 6.0, 2.0, 7.0, 8.0]
-    ctx, grid = _small_context(rows, times)
-    strategy = Rough(mode=mode, failures="worst", alignment=True, lines_after=5, elites=2)
-    strategy.propose(ctx)
+    chosen, grid, rows = _forced_rough_candidates("_EliteConsensus", mode=mode,
+                                                  uniform=uniform)
     seen = {grid[r] for r in rows}
     best, second = grid[14], grid[35]
     shared = [j for j in range(4) if best[j] == second[j]]
     assert 0 < len(shared) < 4
     consensus = {g for g in set(grid) - seen if all(g[j] == best[j] for j in shared)}
-    chosen = {grid[r] for r in strategy._candidates(ctx)}
     # Five evaluations since the best: odd, so the alternating draw takes the consensus.
-    if mode.startswith("uniform"):
+    if uniform:
         assert len(chosen) == 1 and chosen <= consensus
     else:
         assert chosen == consensus
