@@ -12,7 +12,10 @@ purpose bound the cost: the target's own five slowest correct configurations
 (``adversarial``), and a prior of another kernel family (no parameter in common, so no
 configuration transfers and nothing is charged). Prints two Markdown tables of the
 fraction of the optimum at each budget: the median over seeds, and the mean (steadier
-than the median where seeds split between two basins).
+than the median where seeds split between two basins); then the median gain of
+``TransferStrategy`` over no prior with its 95 % paired bootstrap interval (the seeds
+resampled together: both columns ran the same seeds), which says whether a gain or a
+cost is more than the seeds drawn.
 
 ``--base-sees own`` measures a variant of ``TransferStrategy`` (not the product's): the
 base strategy never sees the prior's evaluations (its model, best, trust region and
@@ -29,6 +32,7 @@ import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_var, "1")
@@ -64,6 +68,10 @@ PAIRS = (
     ("convolution_MI250X", "convolution_A4000"),
     ("convolution_A100", "dedispersion_A100"),
 )
+
+
+#: One way of running the target (``_stats``): per-budget lists, and per-seed lists.
+Stats = dict[str, list[Any]]
 
 
 class OwnEvaluations(Strategy):
@@ -121,7 +129,7 @@ def main() -> int:
     pairs = [tuple(p.split(":")) for p in args.pairs.split(",") if p] or list(PAIRS)
 
     def run(target: RecordedSpace, *, prior: list[dict[str, int]] | None = None,
-            **kw: object) -> dict[str, list[float]]:
+            **kw: object) -> Stats:
         sampler: object = args.sampler
         if prior and args.base_sees == "own":
             sampler = functools.partial(own_transfer, sampler=args.sampler, prior=prior)
@@ -133,7 +141,7 @@ def main() -> int:
 
     records = []
     budgets: list[int] = []
-    cache: dict[str, list[float]] = {}
+    cache: dict[str, Stats] = {}
     for target_name, prior_name in pairs:
         target = load_t4(args.dir / f"{target_name}_T4.json.gz")
         prior = load_t4(args.dir / f"{prior_name}_T4.json.gz")
@@ -156,27 +164,52 @@ def main() -> int:
     print(table(records, budgets, args.repeats))
     print()
     print(table(records, budgets, args.repeats, stat="mean"))
+    print()
+    print(gain_table(records, budgets, args.repeats))
     if args.out:
         args.out.write_text(json.dumps({"budgets": budgets, "repeats": args.repeats,
                                         "records": records}, indent=1))
     return 0
 
 
-def _stats(report: ReplayReport) -> dict[str, list[float]]:
-    """Median and mean fraction of the optimum at each reported budget, and random's."""
+#: Resamples behind each gain's interval (``paired_interval``).
+BOOTSTRAP_RESAMPLES = 2000
+
+
+def _stats(report: ReplayReport) -> Stats:
+    """Median and mean fraction of the optimum at each reported budget, random's median,
+    and every seed's fraction at each budget (``seeds``: budgets x seeds)."""
     curves = report.engine_curves
     return {"median": [r.median_fraction for r in report.results],
             "mean": [float(np.mean(curves[:, r.budget - 1])) for r in report.results],
-            "random": [r.random_median_fraction for r in report.results]}
+            "random": [r.random_median_fraction for r in report.results],
+            "seeds": [curves[:, r.budget - 1].tolist() for r in report.results]}
 
 
-def _record(target: str, prior: str, configs: int, none: dict[str, list[float]],
-            first: dict[str, list[float]], transfer: dict[str, list[float]]) -> dict[str, object]:
-    """One row: medians under the plain keys (as before), means under ``*_mean``."""
+def paired_interval(ours: Sequence[float], base: Sequence[float], *,
+                    resamples: int = BOOTSTRAP_RESAMPLES, seed: int = 0) -> tuple[float, float]:
+    """95 % bootstrap interval of ``median(ours) - median(base)`` where both ran the same
+    seeds, in the same order: each resample draws seeds and takes both sides' fractions
+    of those seeds, so the spread between seeds that both share cancels out."""
+    a, b = np.asarray(ours, dtype=float), np.asarray(base, dtype=float)
+    if a.shape != b.shape or not len(a):
+        raise ValueError("paired_interval needs the same seeds on both sides")
+    idx = np.random.default_rng(seed).integers(len(a), size=(resamples, len(a)))
+    diffs = np.median(a[idx], axis=1) - np.median(b[idx], axis=1)
+    lo, hi = np.quantile(diffs, [0.025, 0.975])
+    return float(lo), float(hi)
+
+
+def _record(target: str, prior: str, configs: int, none: Stats, first: Stats,
+            transfer: Stats) -> dict[str, object]:
+    """One row: medians under the plain keys (as before), means under ``*_mean``, and the
+    95 % paired interval of transfer's median gain at each budget (``transfer_gain_95``)."""
     return {"target": target, "prior": prior, "configs": configs,
             "none": none["median"], "first": first["median"], "transfer": transfer["median"],
             "none_mean": none["mean"], "first_mean": first["mean"],
-            "transfer_mean": transfer["mean"], "random": none["random"]}
+            "transfer_mean": transfer["mean"], "random": none["random"],
+            "transfer_gain_95": [paired_interval(t, n) for t, n
+                                 in zip(transfer["seeds"], none["seeds"], strict=True)]}
 
 
 def table(records: list[dict[str, object]], budgets: list[int], repeats: int, *,
@@ -196,6 +229,23 @@ def table(records: list[dict[str, object]], budgets: list[int], repeats: int, *,
                      + " |")
     lines.append(f"\n{stat} of {repeats} seeds, the same for every column; first and transfer "
                  "are gains over none.")
+    return "\n".join(lines)
+
+
+def gain_table(records: list[dict[str, object]], budgets: list[int], repeats: int) -> str:
+    """Transfer's median gain over none at each budget, with its 95 % paired interval;
+    "clear" where the interval, as printed (3 decimals), is on one side of zero."""
+    head = " | ".join(f"{b} evals" for b in budgets)
+    lines = [f"| target ← prior | {head} |", "|---|" + "---|" * len(budgets)]
+    for r in records:
+        cells = []
+        for i, (lo, hi) in enumerate(r["transfer_gain_95"]):  # type: ignore[arg-type]
+            gain = r["transfer"][i] - r["none"][i]  # type: ignore[index]
+            clear = " clear" if round(lo, 3) > 0 or round(hi, 3) < 0 else ""
+            cells.append(f"{gain:+.3f} [{lo:+.3f} to {hi:+.3f}]{clear}")
+        lines.append(f"| {r['target']} ← {r['prior']} | " + " | ".join(cells) + " |")
+    lines.append(f"\nmedian gain of transfer over none, {repeats} seeds, 95 % paired "
+                 "bootstrap interval.")
     return "\n".join(lines)
 
 

@@ -637,3 +637,42 @@ def test_transfer_variant_keeps_the_prior_out_of_the_base_strategys_history(
     curve, _ = engine_run(target, budget=30, sampler=lambda seed: strategy, seed=1, index=index)
     assert curve.shape == (30,) and np.all(np.diff(curve) >= 0)
     assert picks[0] == 0  # the prior's first pick is the study's first evaluation
+
+
+def test_transfer_gain_interval_is_paired_over_the_same_seeds() -> None:
+    bench = _benchmark("bench_transfer")
+    rng = np.random.default_rng(5)
+    base = rng.uniform(0.2, 0.9, size=200)  # seeds that differ far more than the gain
+    lo, hi = bench.paired_interval(base + 0.05, base)
+    # The same gain on every seed is exact, however the seeds spread.
+    assert lo == pytest.approx(0.05) and hi == pytest.approx(0.05)
+    lo, hi = bench.paired_interval(base, base)
+    assert lo == hi == 0
+    lo, hi = bench.paired_interval(base - 0.02, base)
+    assert lo == pytest.approx(-0.02) and hi == pytest.approx(-0.02)
+    with pytest.raises(ValueError, match="same seeds"):
+        bench.paired_interval(base[:10], base)
+
+
+def test_transfer_benchmark_prints_each_gain_with_its_interval(tmp_path: Path) -> None:
+    from spectune.autotune.replay import write_synthetic
+
+    write_synthetic(tmp_path / "target_T4.json.gz", seed=3)
+    write_synthetic(tmp_path / "other_T4.json.gz", seed=4)
+    out = tmp_path / "transfer.json"
+    done = subprocess.run(
+        [sys.executable, "benchmarks/bench_transfer.py", "--dir", str(tmp_path),
+         "--pairs", "target:other", "--repeats", "6", "--budget", "12", "--out", str(out)],
+        cwd=ROOT, capture_output=True, text=True, timeout=600,
+    )
+    assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
+    report = json.loads(out.read_text())
+    assert report["budgets"] == [10, 12]
+    records = report["records"]
+    assert [r["prior"] for r in records] == ["adversarial (its slowest)", "other"]
+    for r in records:
+        for (lo, hi), gain in zip(r["transfer_gain_95"],
+                                  np.subtract(r["transfer"], r["none"]), strict=True):
+            assert -1 <= lo <= hi <= 1
+            assert f"{gain:+.3f} [{lo:+.3f} to {hi:+.3f}]" in done.stdout
+    assert "95 % paired bootstrap interval" in done.stdout
