@@ -36,6 +36,7 @@ import os
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -1041,6 +1042,21 @@ def _margin(
     else:
         b = np.asarray(theirs, dtype=float)
         diffs -= np.median(b[rng.integers(len(b), size=(resamples, len(b)))], axis=1)
+    lo, hi = np.quantile(diffs, [0.025, 0.975])
+    return float(lo), float(hi)
+
+
+def paired_interval(ours: Sequence[float], base: Sequence[float], *,
+                    resamples: int = BOOTSTRAP_RESAMPLES, seed: int = 0) -> tuple[float, float]:
+    """95 % bootstrap interval of ``median(ours) - median(base)`` where both ran the same
+    seeds, in the same order: each resample draws seeds and takes both sides' fractions
+    of those seeds, so the spread between seeds that both share cancels out (``_margin``
+    resamples each side apart: its sides may be of different runs)."""
+    a, b = np.asarray(ours, dtype=float), np.asarray(base, dtype=float)
+    if a.shape != b.shape or not len(a):
+        raise ValueError("paired_interval needs the same seeds on both sides")
+    idx = np.random.default_rng(seed).integers(len(a), size=(resamples, len(a)))
+    diffs = np.median(a[idx], axis=1) - np.median(b[idx], axis=1)
     lo, hi = np.quantile(diffs, [0.025, 0.975])
     return float(lo), float(hi)
 

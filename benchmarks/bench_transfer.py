@@ -56,6 +56,9 @@ from spectune.autotune.replay import (  # noqa: E402
     replay,
 )
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_replay import paired_interval  # noqa: E402
+
 SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "tuning-spaces"
 
 #: (target, prior): same kernel on another GPU of the same vendor, of another vendor, and
@@ -172,10 +175,6 @@ def main() -> int:
     return 0
 
 
-#: Resamples behind each gain's interval (``paired_interval``).
-BOOTSTRAP_RESAMPLES = 2000
-
-
 def _stats(report: ReplayReport) -> Stats:
     """Median and mean fraction of the optimum at each reported budget, random's median,
     and every seed's fraction at each budget (``seeds``: budgets x seeds)."""
@@ -184,20 +183,6 @@ def _stats(report: ReplayReport) -> Stats:
             "mean": [float(np.mean(curves[:, r.budget - 1])) for r in report.results],
             "random": [r.random_median_fraction for r in report.results],
             "seeds": [curves[:, r.budget - 1].tolist() for r in report.results]}
-
-
-def paired_interval(ours: Sequence[float], base: Sequence[float], *,
-                    resamples: int = BOOTSTRAP_RESAMPLES, seed: int = 0) -> tuple[float, float]:
-    """95 % bootstrap interval of ``median(ours) - median(base)`` where both ran the same
-    seeds, in the same order: each resample draws seeds and takes both sides' fractions
-    of those seeds, so the spread between seeds that both share cancels out."""
-    a, b = np.asarray(ours, dtype=float), np.asarray(base, dtype=float)
-    if a.shape != b.shape or not len(a):
-        raise ValueError("paired_interval needs the same seeds on both sides")
-    idx = np.random.default_rng(seed).integers(len(a), size=(resamples, len(a)))
-    diffs = np.median(a[idx], axis=1) - np.median(b[idx], axis=1)
-    lo, hi = np.quantile(diffs, [0.025, 0.975])
-    return float(lo), float(hi)
 
 
 def _record(target: str, prior: str, configs: int, none: Stats, first: Stats,
