@@ -167,6 +167,22 @@ class _EarlyAlternate(GPStrategy):
         return super().propose(ctx)
 
 
+class _EarlyRandom(GPStrategy):
+    """While fewer than ``until`` evaluations are in, every other model proposal (the
+    second, fourth, ...) is a uniform random configuration instead; the others and all
+    later ones as configured."""
+
+    def __init__(self, *, until: int, **kw: object) -> None:
+        super().__init__(**kw)  # type: ignore[arg-type]
+        self.until = until
+
+    def propose(self, ctx: ProposalContext) -> int | None:
+        n = len(ctx.history.rows)
+        if self.n_init <= n < self.until and (n - self.n_init) % 2 == 1:
+            return None  # the engine's uniform draw
+        return super().propose(ctx)
+
+
 def _early_alternate(seed: int, **kw: object) -> _EarlyAlternate:
     return _EarlyAlternate(failures="worst", alignment=True, lines_after=16, stall=40, **kw)  # type: ignore[arg-type]
 
@@ -594,6 +610,14 @@ VARIANTS = {
                                             switch_turns=TYPICAL_NOISE),
     "gp-ei-switch-coverval": functools.partial(_rough_variant, _CoverSettings, by="value",
                                                switch_turns=TYPICAL_NOISE),
+    # gp-ei-switch (auto) with Thompson draws over the whole space before 10 evaluations
+    # (-tswide10, gp-ei-tswide10's early phase), or with its 2nd and 4th model proposals
+    # uniform random draws (-rand10); written after the 500-seed tables of
+    # convolution_MI250X at 10 evaluations.
+    "gp-ei-switch-tswide10": functools.partial(_rough_variant, _EarlyThompson, until=10,
+                                               switch_turns=TYPICAL_NOISE),
+    "gp-ei-switch-rand10": functools.partial(_rough_variant, _EarlyRandom, until=10,
+                                             switch_turns=TYPICAL_NOISE),
     # Written after the 100-seed tables of gp-ei-switch (auto): on rough lines the draw
     # also covers the trust region (-rtr) or takes it in turns (-rtr-alt), for the
     # runner-up seeds of convolution_A100 (the optimum two parameters from the

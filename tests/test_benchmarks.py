@@ -166,6 +166,47 @@ def test_cover_variants_take_model_proposals_1_3_5_in_the_least_held_switches(
     assert candidates(strategy, 7) == {g for g in unseen - set(more) if g[2:] in covered}
 
 
+@pytest.mark.parametrize(("variant", "early"), [
+    ("gp-ei-switch-rand10", ["predict", None, "predict", None, "predict"]),  # None: uniform
+    ("gp-ei-switch-tswide10", ["sample"] * 5),
+])
+def test_early_variants_change_only_the_five_proposals_before_ten_evaluations(
+    monkeypatch: pytest.MonkeyPatch, variant: str, early: list[str | None]
+) -> None:
+    """Model proposals 1-5 (evaluations 6-10) as the variant names them, each over the
+    whole space; from the tenth evaluation on, expected improvement in the trust region,
+    as ``auto``."""
+    from spectune.autotune._gp import GaussianProcess
+
+    calls: list[str] = []
+    for method in ("sample", "predict"):
+        real = getattr(GaussianProcess, method)
+
+        def spy(self: GaussianProcess, *a: object, _real=real, _name=method) -> object:
+            calls.append(_name)
+            return _real(self, *a)
+
+        monkeypatch.setattr(GaussianProcess, method, spy)
+    strategy = _benchmark("bench_replay").VARIANTS[variant](0)
+    _, grid = _small_context([], [])
+    rows = [0, 7, 14, 21, 28, 35, 42, 49, 56, 59, 3]
+    used: list[str | None] = []
+    for n in range(5, 11):
+        ctx, _ = _small_context(rows[:n], [float(t) for t in range(n, 0, -1)])
+        calls.clear()
+        proposed = strategy.propose(ctx)  # type: ignore[attr-defined]
+        used.append(calls[0] if calls else None)
+        assert (proposed is None) == (used[-1] is None)
+        region = {grid[r] for r in strategy._candidates(ctx)}  # type: ignore[attr-defined]
+        best = grid[rows[n - 1]]
+        if n < 10:  # the whole space, less what is evaluated
+            assert region == set(grid) - {grid[r] for r in rows[:n]}
+        else:  # the trust region around the best (the latest, fastest)
+            assert all(sum(a != b for a, b in zip(g, best, strict=True)) <= 2
+                       for g in region)
+    assert used == [*early, "predict"]
+
+
 def test_near_turns_change_the_switches_and_at_most_one_other_parameter() -> None:
     """``gp-ei-switch-near1``'s turn (forced here; when it fires is ``auto``'s own rule,
     tested in tests/autotune) keeps to the best's other values but one."""
