@@ -176,17 +176,9 @@ def test_early_variants_change_only_the_five_proposals_before_ten_evaluations(
     """Model proposals 1-5 (evaluations 6-10) as the variant names them, each over the
     whole space; from the tenth evaluation on, expected improvement in the trust region,
     as ``auto``."""
-    from spectune.autotune._gp import GaussianProcess
+    from tests.autotune.conftest import spy_gp_acquisitions
 
-    calls: list[str] = []
-    for method in ("sample", "predict"):
-        real = getattr(GaussianProcess, method)
-
-        def spy(self: GaussianProcess, *a: object, _real=real, _name=method) -> object:
-            calls.append(_name)
-            return _real(self, *a)
-
-        monkeypatch.setattr(GaussianProcess, method, spy)
+    calls = spy_gp_acquisitions(monkeypatch)
     strategy = _benchmark("bench_replay").VARIANTS[variant](0)
     _, grid = _small_context([], [])
     rows = [0, 7, 14, 21, 28, 35, 42, 49, 56, 59]

@@ -19,6 +19,7 @@ from spectune.autotune._strategies import (
     model_subset,
 )
 from spectune.space import Param, SearchSpace
+from tests.autotune.conftest import spy_gp_acquisitions
 
 optuna.logging.set_verbosity(optuna.logging.ERROR)
 
@@ -228,15 +229,7 @@ def test_rough_lines_take_a_thompson_draw_and_nothing_else_does(
 ) -> None:
     index = SpaceIndex(SearchSpace(params=tuple(Param(n, (1, 2, 3, 4, 5)) for n in "abcd")))
     grid = [tuple(g) for g in index.grid]
-    calls: list[str] = []  # which of the real GP's methods each proposal called
-    for method in ("sample", "predict"):
-        real = getattr(GaussianProcess, method)
-
-        def spy(self: GaussianProcess, *a: object, _real=real, _name=method) -> object:
-            calls.append(_name)
-            return _real(self, *a)
-
-        monkeypatch.setattr(GaussianProcess, method, spy)
+    calls = spy_gp_acquisitions(monkeypatch)  # which of the real GP's methods each proposal called
     strategy = GPStrategy(radius=2, lines_after=3, elites=4, stall=6, rough_lines=rough_lines)
     rows = [0, 156, 312, 468, 624, 600]
     times = [1.0, 2.0, 3.0, 4.0, 5.0, float("nan")]
