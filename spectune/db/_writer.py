@@ -3,8 +3,9 @@
 SQLite writers use WAL with ``synchronous=NORMAL`` (a killed process never leaves a
 half-written file; committed transactions survive a crash of the process), a busy
 timeout, and ``BEGIN IMMEDIATE`` so concurrent writers queue instead of failing when
-they upgrade a read lock. PostgreSQL writers serialise migrations with an advisory
-lock.
+they upgrade a read lock. Processes racing to open a new file retry its first switch to
+WAL, which SQLite fails at once for the losers (:func:`_enter_wal`). PostgreSQL writers
+serialise migrations with an advisory lock.
 
 Before a SQLite writer's first connection changes anything (``journal_mode=WAL`` is
 written into the file's header), the file is identified read-only by the readers' code:
@@ -65,6 +66,8 @@ __all__ = [
 READS_ONLY = "spectune_reads_only"
 #: Longest single wait for SQLite's write lock while creating or upgrading the schema.
 _LOCK_POLL_S = 1.0
+#: First pause before trying a lost switch to WAL again; it doubles up to _LOCK_POLL_S.
+_WAL_RETRY_FIRST_S = 0.001
 _PG_LOCK_KEY = 0x5BEC7E  # pg_advisory_xact_lock key serializing spectune migrations
 
 
@@ -89,10 +92,8 @@ def make_engine(url: DatabaseURL) -> Engine:
     def _on_connect(dbapi_connection, connection_record) -> None:  # type: ignore[no-untyped-def]
         # Let SQLAlchemy's "begin" event below start transactions, not the driver.
         dbapi_connection.isolation_level = None
-        cursor = dbapi_connection.cursor()
-        cursor.execute("PRAGMA journal_mode=WAL")
-        cursor.execute("PRAGMA synchronous=NORMAL")
-        cursor.close()
+        _enter_wal(dbapi_connection)
+        dbapi_connection.execute("PRAGMA synchronous=NORMAL")
 
     @event.listens_for(engine, "begin")
     def _on_begin(connection) -> None:  # type: ignore[no-untyped-def]
@@ -100,6 +101,28 @@ def make_engine(url: DatabaseURL) -> Engine:
         connection.exec_driver_sql("BEGIN" if reads_only else "BEGIN IMMEDIATE")
 
     return engine
+
+
+def _enter_wal(connection: sqlite3.Connection) -> None:
+    """Switch ``connection``'s database to WAL, retrying while another process does.
+
+    The first switch of a new file writes its header under an exclusive lock. A process
+    that loses that race is told "database is locked" at once: SQLite skips the busy
+    wait there, as waiting could deadlock. The winner is done within milliseconds, so
+    the switch is tried again (it then finds the file in WAL already) until the busy
+    timeout.
+    """
+    deadline = time.monotonic() + BUSY_TIMEOUT_S
+    pause = _WAL_RETRY_FIRST_S
+    while True:
+        try:
+            connection.execute("PRAGMA journal_mode=WAL").fetchall()
+            return
+        except sqlite3.OperationalError as exc:
+            if not _is_locked(exc) or time.monotonic() + pause > deadline:
+                raise
+        time.sleep(pause)
+        pause = min(2 * pause, _LOCK_POLL_S)
 
 
 def _check_sqlite_target(url: DatabaseURL) -> None:

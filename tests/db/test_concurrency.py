@@ -4,6 +4,10 @@ Each process writes its rows one transaction per row (as the tuner does), starti
 the same moment on a database that does not exist yet (so they also race to create
 the schema). Some keys are written by every process: those rows must end up with one
 winner and the other three provenances in its history.
+
+The race to create a database is also run on its own, many times over: a SQLite file's
+first switch to WAL fails at once ("database is locked", no busy wait) for a process
+that loses it, which one run of the long test meets only now and then.
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from spectune.db import RecordOutcome, open_store
+from spectune.db import DatabaseError, RecordOutcome, open_store
 
 from .conftest import later, make_row
 
@@ -49,6 +53,18 @@ def _writer(target: str, worker: int, own: int, shared: int, barrier: Any, out: 
             slowest = max(slowest, time.perf_counter() - t)
             outcomes[outcome.value] = outcomes.get(outcome.value, 0) + 1
     out.put((worker, time.perf_counter() - start, slowest, outcomes))
+
+
+def _opener(paths: list[str], barrier: Any, out: Any) -> None:
+    failures: list[str] = []
+    for path in paths:
+        barrier.wait()
+        try:
+            with open_store(path) as store:
+                store.rows()
+        except DatabaseError as exc:
+            failures.append(f"{Path(path).name}: {exc}")
+    out.put(failures)
 
 
 def run_writers(target: str, *, own: int, shared: int) -> dict[str, Any]:
@@ -113,6 +129,27 @@ def test_four_sqlite_writers_lose_nothing(tmp_path: Path, record_property: Any) 
         connection.close()
     record_property("sqlite_concurrency", figures)
     print(f"\nSQLite, {PROCESSES} processes x {own + shared} rows, one transaction each: {figures}")
+
+
+def test_processes_racing_to_create_a_database_all_open_it(tmp_path: Path) -> None:
+    # 60 new files, each opened by 4 processes released at the same moment.
+    paths = [str(tmp_path / f"race{i}.db") for i in range(60)]
+    context = multiprocessing.get_context("spawn")
+    barrier = context.Barrier(PROCESSES)
+    out = context.Queue()
+    processes = [
+        context.Process(target=_opener, args=(paths, barrier, out)) for _ in range(PROCESSES)
+    ]
+    for p in processes:
+        p.start()
+    failures = [failure for _ in processes for failure in out.get(timeout=300)]
+    for p in processes:
+        p.join(timeout=60)
+        assert p.exitcode == 0
+    assert failures == []
+    for path in paths:
+        with open_store(path, readonly=True) as store:
+            assert store.rows() == []
 
 
 @pytest.mark.postgres
