@@ -45,8 +45,12 @@ for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
 
 import numpy as np  # noqa: E402
 
-from spectune.autotune import STRATEGIES  # noqa: E402
-from spectune.autotune._gp import TYPICAL_NOISE, GaussianProcess  # noqa: E402
+from spectune.autotune import STRATEGIES, SpaceIndex  # noqa: E402
+from spectune.autotune._gp import (  # noqa: E402
+    TYPICAL_NOISE,
+    GaussianProcess,
+    expected_improvement,
+)
 from spectune.autotune._strategies import (  # noqa: E402
     SWITCH_TURN_EVERY,
     GPStrategy,
@@ -181,6 +185,59 @@ class _EarlyRandom(GPStrategy):
         if self.n_init <= n < self.until and (n - self.n_init) % 2 == 1:
             return None  # the engine's uniform draw
         return super().propose(ctx)
+
+
+class _EarlyBlind(GPStrategy):
+    """Model proposals ``at`` (0 the first) before ``until`` evaluations are chosen by
+    expected improvement under a second GP that does not see the switches (the feature
+    columns that are functions of the switches alone are left out): it cannot tell
+    configurations apart that differ only in their switches, so the tie among them is
+    broken uniformly, while the other parameters follow the model. The other proposals
+    and all later ones as configured."""
+
+    def __init__(self, *, until: int, at: tuple[int, ...], **kw: object) -> None:
+        super().__init__(**kw)  # type: ignore[arg-type]
+        self.until = until
+        self.at = at
+        self._blind: np.ndarray | None = None
+        self._blind_gp: GaussianProcess | None = None
+
+    def propose(self, ctx: ProposalContext) -> int | None:
+        h = ctx.history
+        n = len(h.rows)
+        if not (self.n_init <= n < self.until and n - self.n_init in self.at and h.ok.any()):
+            return super().propose(ctx)
+        if self._blind is None:
+            self._blind = _without_switches(ctx.index, ctx.index.features(
+                alignment=self.alignment))
+            self._blind_gp = GaussianProcess(self._blind.shape[1])
+        assert self._blind_gp is not None
+        y = np.log(h.times)
+        if self.failures == "worst":
+            rows, y = h.rows, np.where(np.isnan(y), np.nanmax(y), y)
+        else:
+            rows, y = h.rows[h.ok], y[h.ok]
+        self._blind_gp.fit(self._blind[rows], y)
+        candidates = np.flatnonzero(ctx.available)
+        mean, sd = self._blind_gp.predict(self._blind[candidates])
+        ei = expected_improvement(mean, sd, float(np.min(y)))
+        top = np.flatnonzero(ei >= ei.max() * (1 - 1e-9))
+        return int(candidates[top[int(ctx.rng.integers(len(top)))]])
+
+
+def _without_switches(index: SpaceIndex, features: np.ndarray) -> np.ndarray:
+    """``features`` less the columns that vary and depend on the switches alone."""
+    settings = _switch_settings(index)
+    if settings is None:
+        return features
+    order = np.argsort(settings, kind="stable")
+    starts = np.flatnonzero(np.r_[True, np.diff(settings[order]) != 0])
+    sorted_features = features[order]
+    within = (np.maximum.reduceat(sorted_features, starts, axis=0)
+              == np.minimum.reduceat(sorted_features, starts, axis=0)).all(axis=0)
+    varies = features.max(axis=0) > features.min(axis=0)
+    kept = features[:, ~(within & varies)]
+    return kept if kept.shape[1] else np.zeros((len(features), 1))
 
 
 def _early_alternate(seed: int, **kw: object) -> _EarlyAlternate:
@@ -618,6 +675,11 @@ VARIANTS = {
                                                switch_turns=TYPICAL_NOISE),
     "gp-ei-switch-rand10": functools.partial(_rough_variant, _EarlyRandom, until=10,
                                              switch_turns=TYPICAL_NOISE),
+    # gp-ei-switch (auto) with its 2nd and 4th model proposals by a GP blind to the
+    # switches (-blind24); written after -rand10, to draw the switches of those two at
+    # random but not the other parameters.
+    "gp-ei-switch-blind24": functools.partial(_rough_variant, _EarlyBlind, until=10,
+                                              at=(1, 3), switch_turns=TYPICAL_NOISE),
     # Written after the 100-seed tables of gp-ei-switch (auto): on rough lines the draw
     # also covers the trust region (-rtr) or takes it in turns (-rtr-alt), for the
     # runner-up seeds of convolution_A100 (the optimum two parameters from the

@@ -199,6 +199,48 @@ def test_early_variants_change_only_the_five_proposals_before_ten_evaluations(
     assert used == [*early, "predict"]
 
 
+def test_blind_proposals_follow_a_model_of_the_other_parameters_and_draw_the_switches(
+) -> None:
+    """``gp-ei-switch-blind24``'s model proposals 2 and 4 (evaluations 7 and 9): the
+    parameters that are not switches at the best expected improvement of a GP on them
+    alone, the switches uniform; proposals 1, 3 and 5 are ``auto``'s, random generator
+    for random generator."""
+    import dataclasses
+
+    from spectune.autotune import STRATEGIES, SpaceIndex
+    from spectune.autotune._gp import GaussianProcess, expected_improvement
+    from spectune.space import Param, SearchSpace
+
+    variants = _benchmark("bench_replay").VARIANTS
+    _, grid = _small_context([], [])
+    # The space without its switches, and where each of its configurations sits in grid.
+    plain = SpaceIndex(SearchSpace(params=(Param("a", (1, 2, 3, 4, 5)), Param("b", (1, 2, 3)))))
+    rows = [0, 7, 14, 21, 28, 35, 42, 49, 56]
+    times = [9.0, 3.0, 7.0, 2.5, 8.0, 4.0, 6.0, 5.0, 1.5]
+    for n in range(5, 10):
+        ctx, _ = _small_context(rows[:n], times[:n])
+        picks, auto_picks = set(), set()
+        for seed in range(40):
+            seeded = dataclasses.replace(ctx, rng=np.random.default_rng(seed))
+            picks.add(grid[variants["gp-ei-switch-blind24"](0).propose(seeded)])
+            seeded = dataclasses.replace(ctx, rng=np.random.default_rng(seed))
+            auto_picks.add(grid[STRATEGIES["auto"](0).propose(seeded)])
+        if n - 5 not in (1, 3):
+            assert picks == auto_picks
+            continue
+        gp = GaussianProcess(plain.features(alignment=True).shape[1])
+        plain_rows = [grid[r][0] * 3 + grid[r][1] for r in rows[:n]]
+        gp.fit(plain.features(alignment=True)[plain_rows], np.log(times[:n]))
+        mean, sd = gp.predict(plain.features(alignment=True))
+        ei = expected_improvement(mean, sd, float(np.log(min(times[:n]))))
+        best = tuple(int(v) for v in plain.grid[int(np.argmax(ei))])
+        assert {g[:2] for g in picks} == {best}
+        # Every setting of the switches not yet evaluated with those values is drawn.
+        assert {g[2:] for g in picks} == {
+            g[2:] for r, g in enumerate(grid) if g[:2] == best and r not in rows[:n]}
+        assert len({g[2:] for g in picks}) > 1
+
+
 def test_near_turns_change_the_switches_and_at_most_one_other_parameter() -> None:
     """``gp-ei-switch-near1``'s turn (forced here; when it fires is ``auto``'s own rule,
     tested in tests/autotune) keeps to the best's other values but one."""
