@@ -67,21 +67,25 @@ def _opener(paths: list[str], barrier: Any, out: Any) -> None:
     out.put(failures)
 
 
-def run_writers(target: str, *, own: int, shared: int) -> dict[str, Any]:
+def run_together(function: Any, args: list[tuple[Any, ...]]) -> list[Any]:
+    """``function(*a, barrier, out)`` in one spawned process per ``a`` of ``args``, all
+    sharing a barrier; each puts one result on ``out``. The results, in arrival order."""
     context = multiprocessing.get_context("spawn")
-    barrier = context.Barrier(PROCESSES)
+    barrier = context.Barrier(len(args))
     out = context.Queue()
-    processes = [
-        context.Process(target=_writer, args=(target, w, own, shared, barrier, out))
-        for w in range(PROCESSES)
-    ]
-    start = time.perf_counter()
+    processes = [context.Process(target=function, args=(*a, barrier, out)) for a in args]
     for p in processes:
         p.start()
     results = [out.get(timeout=300) for _ in processes]
     for p in processes:
         p.join(timeout=60)
         assert p.exitcode == 0
+    return results
+
+
+def run_writers(target: str, *, own: int, shared: int) -> dict[str, Any]:
+    start = time.perf_counter()
+    results = run_together(_writer, [(target, w, own, shared) for w in range(PROCESSES)])
     wall = time.perf_counter() - start
     outcomes: dict[str, int] = {}
     for _, _, _, counts in results:
@@ -134,19 +138,8 @@ def test_four_sqlite_writers_lose_nothing(tmp_path: Path, record_property: Any) 
 def test_processes_racing_to_create_a_database_all_open_it(tmp_path: Path) -> None:
     # 60 new files, each opened by 4 processes released at the same moment.
     paths = [str(tmp_path / f"race{i}.db") for i in range(60)]
-    context = multiprocessing.get_context("spawn")
-    barrier = context.Barrier(PROCESSES)
-    out = context.Queue()
-    processes = [
-        context.Process(target=_opener, args=(paths, barrier, out)) for _ in range(PROCESSES)
-    ]
-    for p in processes:
-        p.start()
-    failures = [failure for _ in processes for failure in out.get(timeout=300)]
-    for p in processes:
-        p.join(timeout=60)
-        assert p.exitcode == 0
-    assert failures == []
+    results = run_together(_opener, [(paths,)] * PROCESSES)
+    assert [failure for failures in results for failure in failures] == []
     for path in paths:
         with open_store(path, readonly=True) as store:
             assert store.rows() == []
