@@ -215,6 +215,7 @@ def test_blind_proposals_follow_a_model_of_the_other_parameters_and_draw_the_swi
     _, grid = _small_context([], [])
     # The space without its switches, and where each of its configurations sits in grid.
     plain = SpaceIndex(SearchSpace(params=(Param("a", (1, 2, 3, 4, 5)), Param("b", (1, 2, 3)))))
+    features = plain.features(alignment=True)
     rows = [0, 7, 14, 21, 28, 35, 42, 49, 56]
     times = [9.0, 3.0, 7.0, 2.5, 8.0, 4.0, 6.0, 5.0, 1.5]
     for n in range(5, 10):
@@ -228,10 +229,10 @@ def test_blind_proposals_follow_a_model_of_the_other_parameters_and_draw_the_swi
         if n - 5 not in (1, 3):
             assert picks == auto_picks
             continue
-        gp = GaussianProcess(plain.features(alignment=True).shape[1])
+        gp = GaussianProcess(features.shape[1])
         plain_rows = [grid[r][0] * 3 + grid[r][1] for r in rows[:n]]
-        gp.fit(plain.features(alignment=True)[plain_rows], np.log(times[:n]))
-        mean, sd = gp.predict(plain.features(alignment=True))
+        gp.fit(features[plain_rows], np.log(times[:n]))
+        mean, sd = gp.predict(features)
         ei = expected_improvement(mean, sd, float(np.log(min(times[:n]))))
         best = tuple(int(v) for v in plain.grid[int(np.argmax(ei))])
         assert {g[:2] for g in picks} == {best}
