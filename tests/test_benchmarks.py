@@ -203,8 +203,8 @@ def test_blind_proposals_follow_a_model_of_the_other_parameters_and_draw_the_swi
 ) -> None:
     """``gp-ei-switch-blind24``'s model proposals 2 and 4 (evaluations 7 and 9): the
     parameters that are not switches at the best expected improvement of a GP on them
-    alone, the switches uniform; proposals 1, 3 and 5 are ``auto``'s, random generator
-    for random generator."""
+    alone, the switches uniform; proposals 1, 3 and 5 are ``gp-ei-switch``'s (``auto``
+    when the variant was written), random generator for random generator."""
     import dataclasses
 
     from spectune.autotune import STRATEGIES, SpaceIndex
@@ -220,14 +220,14 @@ def test_blind_proposals_follow_a_model_of_the_other_parameters_and_draw_the_swi
     times = [9.0, 3.0, 7.0, 2.5, 8.0, 4.0, 6.0, 5.0, 1.5]
     for n in range(5, 10):
         ctx, _ = _small_context(rows[:n], times[:n])
-        picks, auto_picks = set(), set()
+        picks, base_picks = set(), set()
         for seed in range(40):
             seeded = dataclasses.replace(ctx, rng=np.random.default_rng(seed))
             picks.add(grid[variants["gp-ei-switch-blind24"](0).propose(seeded)])
             seeded = dataclasses.replace(ctx, rng=np.random.default_rng(seed))
-            auto_picks.add(grid[STRATEGIES["auto"](0).propose(seeded)])
+            base_picks.add(grid[STRATEGIES["gp-ei-switch"](0).propose(seeded)])
         if n - 5 not in (1, 3):
-            assert picks == auto_picks
+            assert picks == base_picks
             continue
         gp = GaussianProcess(features.shape[1])
         plain_rows = [grid[r][0] * 3 + grid[r][1] for r in rows[:n]]
@@ -240,6 +240,22 @@ def test_blind_proposals_follow_a_model_of_the_other_parameters_and_draw_the_swi
         assert {g[2:] for g in picks} == {
             g[2:] for r, g in enumerate(grid) if g[:2] == best and r not in rows[:n]}
         assert len({g[2:] for g in picks}) > 1
+
+
+def test_margin_variants_are_auto_with_its_margin_set() -> None:
+    """``-margin4`` is ``auto`` (``gp-ei-margin``, measured under that name) and
+    ``-margin6`` differs from it in the margin alone (what a margin does:
+    tests/autotune/test_strategies.py)."""
+    from spectune.autotune import STRATEGIES
+
+    variants = _benchmark("bench_replay").VARIANTS
+    auto = STRATEGIES["auto"](0)
+    four, six = variants["gp-ei-switch-margin4"](0), variants["gp-ei-switch-margin6"](0)
+    assert vars(four).keys() == vars(auto).keys()
+    assert all(vars(four)[k] == vars(auto)[k] for k in vars(auto) if not k.startswith("_"))
+    assert six.margin == 6.0 and auto.margin == 4.0
+    assert all(vars(six)[k] == vars(auto)[k] for k in vars(auto)
+               if not k.startswith("_") and k != "margin")
 
 
 def test_near_turns_change_the_switches_and_at_most_one_other_parameter() -> None:

@@ -1,10 +1,13 @@
 """The strategies the engine can search with, and their names.
 
-* ``gp-ei-switch`` (``auto``): a Gaussian process on the log-times (failures enter as
+* ``gp-ei-margin`` (``auto``): a Gaussian process on the log-times (failures enter as
   the slowest success), over the ordinal encoding plus each integer parameter's
   power-of-two alignment; after 5 random configurations, each proposal is the
   configuration of highest expected improvement, over the whole space until 10
-  evaluations are in, then among those that differ from the best one in at most two
+  evaluations are in (measured there below the best log-time less 4 standard
+  deviations of the log-times so far, so those first proposals go where the model is
+  unsure rather than where it predicts a little better than a few random
+  configurations), then among those that differ from the best one in at most two
   parameters (a Hamming trust region). After 16 evaluations without improvement the
   candidates become the lines through the 5 best configurations evaluated (each with
   one parameter changed), and after 40 every other proposal is taken over the whole
@@ -17,6 +20,7 @@
   scores at most 2048 candidates (a uniform sample of its region), so a proposal's cost
   stops growing with the study. Chosen by leave-one-out over twelve recorded and
   generated spaces (docs/replay.md).
+* ``gp-ei-switch``: the same without the margin (``auto`` before ``gp-ei-margin``).
 * ``gp-ei-rough``: the same without the switch turns (``auto`` before ``gp-ei-switch``).
 * ``gp-ei-wide10``: ``gp-ei-rough`` with expected improvement on the lines however
   rough (``auto`` before ``gp-ei-rough``).
@@ -105,6 +109,14 @@ class GPStrategy(Strategy):
         global_until: While fewer than this many evaluations are in, the candidates
             are the whole space, not the trust region (a best among a handful of
             random configurations says little about where the optimum lies).
+        margin: While fewer than ``global_until`` evaluations are in, expected
+            improvement is measured below the best log-time less ``margin`` standard
+            deviations of the successful log-times so far (0: below the best). A model
+            of a handful of random configurations is confident about averages it has
+            barely seen; demanding an improvement on the scale of the spread it has seen
+            makes its first proposals favour what it is unsure of over what it predicts
+            a little better than the best so far. In the spread's own units, so the same
+            on every space.
         acquisition: ``"ei"``: the candidate of highest expected improvement;
             ``"thompson"``: the minimum of one joint posterior draw over the candidates
             (at most :data:`THOMPSON_CANDIDATES`, drawn at random when there are more).
@@ -164,6 +176,7 @@ class GPStrategy(Strategy):
         n_init: int = 5,
         radius: int | None = 2,
         global_until: int = 0,
+        margin: float = 0.0,
         acquisition: str = "ei",
         alignment: bool = False,
         stall: int | None = None,
@@ -180,11 +193,14 @@ class GPStrategy(Strategy):
             raise ValueError(f"failures must be 'ignore' or 'worst', got {failures!r}")
         if elites < 1:
             raise ValueError(f"elites must be >= 1, got {elites}")
+        if margin < 0:
+            raise ValueError(f"margin must be >= 0, got {margin}")
         if model_points is not None and model_points < 2:
             raise ValueError(f"model_points must be >= 2 or None, got {model_points}")
         self.n_init = n_init
         self.radius = radius
         self.global_until = global_until
+        self.margin = margin
         self.acquisition = acquisition
         self.alignment = alignment
         self.stall = stall
@@ -236,9 +252,18 @@ class GPStrategy(Strategy):
             draw = self._gp.sample(feats[candidates], ctx.rng)
             return int(candidates[int(np.argmin(draw))])
         mean, sd = self._gp.predict(feats[candidates])
-        ei = expected_improvement(mean, sd, float(np.min(y)))
+        ei = expected_improvement(mean, sd, self._target(h, y))
         top = np.flatnonzero(ei == ei.max())
         return int(candidates[top[int(ctx.rng.integers(len(top)))]])
+
+    def _target(self, history: History, y: np.ndarray) -> float:
+        """The log-time expected improvement is measured below: the best one so far
+        (``y``: the regression targets), less the ``margin`` while it applies."""
+        best = float(np.min(y))
+        if not self.margin or len(history.rows) >= self.global_until:
+            return best
+        ok = np.log(history.times[history.ok])
+        return best - self.margin * float(ok.std()) if len(ok) > 1 else best
 
     def _candidates(self, ctx: ProposalContext) -> np.ndarray:
         """The available rows this proposal chooses among (the region of its phase).
@@ -501,16 +526,18 @@ def _gp_scheduled(
     acquisition: str,
     failures: str,
     global_until: int = 0,
+    margin: float = 0.0,
     rough_lines: float | None = None,
     switch_turns: float | None = None,
 ) -> Strategy:
     """The trust-region GP with alignment features, the 5 elites' lines after 16
-    evaluations without improvement and escapes after 40 (``gp-ei-switch``,
+    evaluations without improvement and escapes after 40 (``gp-ei-margin``, ``gp-ei-switch``,
     ``gp-ei-rough``, ``gp-ei-wide10``, ``gp-ei``, ``gp-ts``)."""
     return GPStrategy(
         n_init=5,
         radius=2,
         global_until=global_until,
+        margin=margin,
         acquisition=acquisition,
         alignment=True,
         lines_after=16,
@@ -524,6 +551,11 @@ def _gp_scheduled(
 
 #: Strategy factories by name; each takes the seed.
 STRATEGIES: dict[str, Callable[[int | None], Strategy]] = {
+    # gp-ei-switch whose first model proposals demand an improvement of 4 spreads.
+    "gp-ei-margin": lambda seed: _gp_scheduled(acquisition="ei", failures="worst",
+                                                global_until=10, margin=4.0,
+                                                rough_lines=TYPICAL_NOISE,
+                                                switch_turns=TYPICAL_NOISE),
     # Turns to other switch settings while the fit is smooth, draws on the lines while it
     # is rough (both keyed on the fitted noise against what the fit expects).
     "gp-ei-switch": lambda seed: _gp_scheduled(acquisition="ei", failures="worst",
@@ -546,7 +578,7 @@ STRATEGIES: dict[str, Callable[[int | None], Strategy]] = {
                                              name="optuna-gp"),
     "random": lambda seed: RandomStrategy(),
 }
-STRATEGIES["auto"] = STRATEGIES["gp-ei-switch"]
+STRATEGIES["auto"] = STRATEGIES["gp-ei-margin"]
 
 
 def make_strategy(name: str, *, seed: int | None = None) -> Strategy:

@@ -32,6 +32,10 @@ def test_auto_is_the_expected_improvement_trust_region_with_alignment_lines_and_
     assert strategy.global_until == 10  # its first model proposals global
     assert strategy.rough_lines == TYPICAL_NOISE  # draws on rough lines
     assert strategy.switch_turns == TYPICAL_NOISE  # gp-ei-switch: turns when smooth
+    assert strategy.margin == 4.0  # gp-ei-margin: its first model proposals demand more
+    switch = make_strategy("gp-ei-switch", seed=0)
+    assert isinstance(switch, GPStrategy)
+    assert (switch.switch_turns, switch.margin) == (TYPICAL_NOISE, 0.0)
     rough = make_strategy("gp-ei-rough", seed=0)
     assert isinstance(rough, GPStrategy)
     assert (rough.rough_lines, rough.switch_turns) == (TYPICAL_NOISE, None)
@@ -48,8 +52,8 @@ def test_auto_is_the_expected_improvement_trust_region_with_alignment_lines_and_
     assert (thompson.acquisition, thompson.failures) == ("thompson", "ignore")
     assert (thompson.lines_after, thompson.elites, thompson.stall) == (16, 5, 40)
     assert set(STRATEGIES) >= {
-        "auto", "gp-ei-switch", "gp-ei-rough", "gp-ei-wide10", "gp-ei", "gp-ts", "tpe+gp-tr",
-        "gp-tr", "gp", "tpe", "random",
+        "auto", "gp-ei-margin", "gp-ei-switch", "gp-ei-rough", "gp-ei-wide10", "gp-ei", "gp-ts",
+        "tpe+gp-tr", "gp-tr", "gp", "tpe", "random",
     }
     with pytest.raises(ValueError, match="acquisition must be 'ei' or 'thompson'"):
         GPStrategy(acquisition="ucb")
@@ -250,6 +254,56 @@ def test_rough_lines_take_a_thompson_draw_and_nothing_else_does(
     assert acquired([*rows, 7, 8], [*times, 9.0, 9.0])[0] == on_lines
     # An improvement: the trust region around the new best, by expected improvement.
     assert acquired([*rows, 1], [*times, 0.5])[0] == "predict"
+
+
+def test_a_margin_measures_improvement_below_the_best_less_its_spreads_while_global() -> None:
+    """Before ``global_until`` evaluations, expected improvement below the best log-time
+    less ``margin`` standard deviations of the successful log-times (a failure enters
+    the regression as the slowest success, not the spread); from then on, as without a
+    margin, random generator for random generator."""
+    import dataclasses
+
+    from spectune.autotune._gp import expected_improvement
+
+    index = SpaceIndex(SearchSpace(params=(Param("a", (1, 2, 3, 4, 5)), Param("b", (1, 2, 3)),
+                                           Param("s", (0, 1)), Param("t", (0, 1)))))
+    features = index.features(alignment=True)
+    rows = [0, 37, 14, 51, 28, 5, 42, 59, 18, 33, 47]
+    times = [9.0, 3.0, 7.0, 2.5, float("nan"), 4.0, 6.0, 5.0, 1.5, 2.0, 2.2]
+    differs = 0
+    for n in range(5, 12):
+        ctx = _context(index, rows[:n], times[:n])
+        picks, plain_picks = set(), set()
+        for seed in range(40):
+            seeded = dataclasses.replace(ctx, rng=np.random.default_rng(seed))
+            picks.add(GPStrategy(global_until=10, margin=4.0, alignment=True,
+                                 failures="worst").propose(seeded))
+            seeded = dataclasses.replace(ctx, rng=np.random.default_rng(seed))
+            plain_picks.add(GPStrategy(global_until=10, alignment=True,
+                                       failures="worst").propose(seeded))
+        if n >= 10:
+            assert picks == plain_picks
+            continue
+        y = np.log(times[:n])
+        spread = float(np.nanstd(y))
+        y = np.where(np.isnan(y), np.nanmax(y), y)
+        gp = GaussianProcess(features.shape[1])
+        gp.fit(features[rows[:n]], y)
+        open_rows = np.setdiff1d(np.arange(len(index)), rows[:n])
+        mean, sd = gp.predict(features[open_rows])
+        ei = expected_improvement(mean, sd, float(y.min()) - 4.0 * spread)
+        assert picks == set(open_rows[ei == ei.max()].tolist())
+        differs += picks != plain_picks
+    assert differs >= 2  # the margin changes what is proposed
+    # The spread is the successes' alone: the imputed failure is not in it.
+    history = _context(index, rows[:6], times[:6]).history
+    logs = np.log(times[:6])
+    imputed = np.where(np.isnan(logs), np.nanmax(logs), logs)
+    target = GPStrategy(global_until=10, margin=4.0)._target(history, imputed)
+    assert target == pytest.approx(np.nanmin(logs) - 4.0 * np.nanstd(logs))
+    assert np.nanstd(logs) != pytest.approx(imputed.std())
+    with pytest.raises(ValueError, match="margin must be >= 0, got -1"):
+        GPStrategy(margin=-1.0)
 
 
 @pytest.mark.parametrize("switch_turns", [None, 0.0, 1.0])  # the fitted noise is in (0, 1]
