@@ -243,18 +243,18 @@ def test_blind_proposals_follow_a_model_of_the_other_parameters_and_draw_the_swi
 
 
 def test_margin_variants_are_auto_with_its_margin_set() -> None:
-    """``-margin4`` is ``auto`` (``gp-ei-margin``, measured under that name) and
-    ``-margin6`` differs from it in the margin alone (what a margin does:
+    """``-margin6`` is ``auto`` (``gp-ei-margin``, measured under that name) and
+    ``-margin4`` differs from it in the margin alone (what a margin does:
     tests/autotune/test_strategies.py)."""
     from spectune.autotune import STRATEGIES
 
     variants = _benchmark("bench_replay").VARIANTS
     auto = STRATEGIES["auto"](0)
     four, six = variants["gp-ei-switch-margin4"](0), variants["gp-ei-switch-margin6"](0)
-    assert vars(four).keys() == vars(auto).keys()
-    assert all(vars(four)[k] == vars(auto)[k] for k in vars(auto) if not k.startswith("_"))
-    assert six.margin == 6.0 and auto.margin == 4.0
-    assert all(vars(six)[k] == vars(auto)[k] for k in vars(auto)
+    assert vars(six).keys() == vars(auto).keys()
+    assert all(vars(six)[k] == vars(auto)[k] for k in vars(auto) if not k.startswith("_"))
+    assert four.margin == 4.0 and auto.margin == 6.0
+    assert all(vars(four)[k] == vars(auto)[k] for k in vars(auto)
                if not k.startswith("_") and k != "margin")
 
 

@@ -4,7 +4,7 @@
   the slowest success), over the ordinal encoding plus each integer parameter's
   power-of-two alignment; after 5 random configurations, each proposal is the
   configuration of highest expected improvement, over the whole space until 10
-  evaluations are in (measured there below the best log-time less 4 standard
+  evaluations are in (measured there below the best log-time less 6 standard
   deviations of the log-times so far, so those first proposals go where the model is
   unsure rather than where it predicts a little better than a few random
   configurations), then among those that differ from the best one in at most two
@@ -551,9 +551,9 @@ def _gp_scheduled(
 
 #: Strategy factories by name; each takes the seed.
 STRATEGIES: dict[str, Callable[[int | None], Strategy]] = {
-    # gp-ei-switch whose first model proposals demand an improvement of 4 spreads.
+    # gp-ei-switch whose first model proposals demand an improvement of 6 spreads.
     "gp-ei-margin": lambda seed: _gp_scheduled(acquisition="ei", failures="worst",
-                                                global_until=10, margin=4.0,
+                                                global_until=10, margin=6.0,
                                                 rough_lines=TYPICAL_NOISE,
                                                 switch_turns=TYPICAL_NOISE),
     # Turns to other switch settings while the fit is smooth, draws on the lines while it

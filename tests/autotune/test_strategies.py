@@ -32,7 +32,7 @@ def test_auto_is_the_expected_improvement_trust_region_with_alignment_lines_and_
     assert strategy.global_until == 10  # its first model proposals global
     assert strategy.rough_lines == TYPICAL_NOISE  # draws on rough lines
     assert strategy.switch_turns == TYPICAL_NOISE  # gp-ei-switch: turns when smooth
-    assert strategy.margin == 4.0  # gp-ei-margin: its first model proposals demand more
+    assert strategy.margin == 6.0  # gp-ei-margin: its first model proposals demand more
     switch = make_strategy("gp-ei-switch", seed=0)
     assert isinstance(switch, GPStrategy)
     assert (switch.switch_turns, switch.margin) == (TYPICAL_NOISE, 0.0)
