@@ -212,11 +212,7 @@ class _EarlyBlind(GPStrategy):
                 alignment=self.alignment))
             self._blind_gp = GaussianProcess(self._blind.shape[1])
         assert self._blind_gp is not None
-        y = np.log(h.times)
-        if self.failures == "worst":
-            rows, y = h.rows, np.where(np.isnan(y), np.nanmax(y), y)
-        else:
-            rows, y = h.rows[h.ok], y[h.ok]
+        rows, y = self._observations(h)
         self._blind_gp.fit(self._blind[rows], y)
         candidates = np.flatnonzero(ctx.available)
         mean, sd = self._blind_gp.predict(self._blind[candidates])

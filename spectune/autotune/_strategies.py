@@ -228,11 +228,7 @@ class GPStrategy(Strategy):
             self._settings = _switch_settings(ctx.index)
         assert self._gp is not None
         feats = self._features
-        y = np.log(h.times)
-        if self.failures == "worst":
-            rows, y = h.rows, np.where(np.isnan(y), np.nanmax(y), y)
-        else:
-            rows, y = h.rows[h.ok], y[h.ok]
+        rows, y = self._observations(h)
         n = len(y)
         refit = n <= 50 or n - self._fitted_at >= n // 25 or n < self._fitted_at
         if refit:
@@ -255,6 +251,13 @@ class GPStrategy(Strategy):
         ei = expected_improvement(mean, sd, self._target(h, y))
         top = np.flatnonzero(ei == ei.max())
         return int(candidates[top[int(ctx.rng.integers(len(top)))]])
+
+    def _observations(self, history: History) -> tuple[np.ndarray, np.ndarray]:
+        """The rows the model regresses on and their log-times (see ``failures``)."""
+        y = np.log(history.times)
+        if self.failures == "worst":
+            return history.rows, np.where(np.isnan(y), np.nanmax(y), y)
+        return history.rows[history.ok], y[history.ok]
 
     def _target(self, history: History, y: np.ndarray) -> float:
         """The log-time expected improvement is measured below: the best one so far
