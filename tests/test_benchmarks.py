@@ -376,6 +376,83 @@ def test_gain_stall_counts_from_the_last_improvement_above_the_threshold() -> No
     assert plain._since_best(history.history) == 1  # type: ignore[attr-defined]
 
 
+
+def _late_history(since_best: int) -> object:
+    """A proposal context of 12 + ``since_best`` evaluations, the best (1.0) the 12th."""
+    n = 12 + since_best
+    times = [5.0 + (i % 7) for i in range(n)]
+    times[11] = 1.0
+    return _small_context([(7 * i) % 60 for i in range(n)], times)[0]
+
+
+@pytest.mark.parametrize(("variant", "in_region", "on_lines"), [
+    ("gp-ei-margin-lm0.25-all", True, True), ("gp-ei-margin-lm0.5-lines", False, True),
+    ("gp-ei-margin-lm0.25-tr", True, False)])
+def test_late_margin_applies_in_its_phase_from_ten_evaluations(
+        variant: str, in_region: bool, on_lines: bool) -> None:
+    """``gp-ei-margin-lm*``: from ``global_until`` (10) on, expected improvement is
+    measured below the best less ``late`` spreads of the log-times in the trust region
+    (before 16 evaluations without improvement), on the lines (after), or both."""
+    strategy = _benchmark("bench_replay").VARIANTS[variant](0)
+    late = strategy.late
+    assert late > 0 and strategy.margin == 6.0
+    for since, margined in [(3, in_region), (20, on_lines)]:
+        ctx = _late_history(since)
+        history = ctx.history  # type: ignore[attr-defined]
+        assert strategy._on_lines(history) is (since >= 16)
+        y = np.log(history.times)
+        want = np.log(1.0) - (late * np.log(history.times).std() if margined else 0.0)
+        assert strategy._target(history, y) == pytest.approx(want)
+
+
+@pytest.mark.parametrize("top", [None, 1])
+def test_setting_centres_turn_near_each_other_settings_best(top: int | None) -> None:
+    """``gp-ei-margin-sc`` / ``-sc1``: a switch turn (forced here) chooses among the
+    configurations of another setting within one change of that setting's fastest
+    (of the fastest other setting only, with ``top=1``)."""
+    class Turning(_benchmark("bench_replay")._SettingCentres):  # type: ignore[misc, name-defined]
+        def _switch_turn(self, history: object) -> bool:
+            return True
+
+    strategy = Turning(top=top, radius=1, failures="worst", alignment=True, lines_after=16)
+    rows, times = [0, 7, 14, 21, 28, 35, 41], [5.0, 4.0, 1.0, 3.0, 6.0, 2.0, 2.5]
+    ctx, grid = _small_context(rows, times)
+    strategy.propose(ctx)
+    chosen = {grid[r] for r in strategy._candidates(ctx)}
+    best = grid[14]
+    fastest: dict[tuple[int, ...], tuple[int, ...]] = {}
+    for r, _ in sorted(zip(rows, times, strict=True), key=lambda rt: rt[1]):
+        if grid[r][2:] != best[2:]:
+            fastest.setdefault(grid[r][2:], grid[r])
+    assert len(fastest) >= 2  # two other settings, so top=1 leaves one out
+    centres = list(fastest.values())[:top]
+    seen = {grid[r] for r in rows}
+    assert chosen == {g for g in set(grid) - seen for c in centres
+                      if g[2:] == c[2:] and (g[0] != c[0]) + (g[1] != c[1]) <= 1}
+
+
+def test_rough_everywhere_draws_in_the_trust_region_while_the_fit_is_rough() -> None:
+    """``gp-ei-margin-rough-all``: from ``global_until`` (10) on, a Thompson draw whenever
+    the fitted noise exceeds ``rough_lines``, before the lines too; ``auto`` draws
+    only on the lines."""
+    from spectune.autotune import STRATEGIES
+
+    variants = _benchmark("bench_replay").VARIANTS
+    ctx = _late_history(3)  # in the trust region: 3 evaluations since the best
+    for name, rough_draws in [("gp-ei-margin-rough-all", True), ("auto", False)]:
+        strategy = (variants.get(name) or STRATEGIES[name])(0)
+        strategy.propose(ctx)
+        gp = strategy._gp
+        for noise, drawn in [(0.5, rough_draws), (1e-4, False)]:
+            gp.theta[gp.dims + 1] = np.log(noise)  # the fitted noise, as the fit stores it
+            assert strategy._rough_lines(ctx.history) is drawn, (name, noise)  # type: ignore[attr-defined]
+    early = _small_context([0, 7, 14, 21, 28, 35], [5.0, 4.0, 1.0, 3.0, 6.0, 2.0])[0]
+    strategy = variants["gp-ei-margin-rough-all"](0)
+    strategy.propose(early)
+    strategy._gp.theta[strategy._gp.dims + 1] = np.log(0.5)
+    assert not strategy._rough_lines(early.history)  # type: ignore[attr-defined]
+
+
 def test_leave_one_out_reports_peers_beside_and_never_chooses_them(tmp_path: Path) -> None:
     out = tmp_path / "loo.json"
     done = subprocess.run(
