@@ -423,6 +423,8 @@ class _LateMargin(GPStrategy):
     optimum once the search is in its block-size plane."""
 
     def __init__(self, *, late: float, phase: str = "all", **kw: object) -> None:
+        if phase not in ("all", "lines", "tr"):
+            raise ValueError(f"phase must be 'all', 'lines' or 'tr', got {phase!r}")
         super().__init__(**kw)  # type: ignore[arg-type]
         self.late = late
         self.phase = phase

@@ -403,6 +403,8 @@ def test_late_margin_applies_in_its_phase_from_ten_evaluations(
         y = np.log(history.times)
         want = np.log(1.0) - (late * np.log(history.times).std() if margined else 0.0)
         assert strategy._target(history, y) == pytest.approx(want)
+    with pytest.raises(ValueError, match="phase"):
+        _benchmark("bench_replay")._LateMargin(late=0.5, phase="line")
 
 
 @pytest.mark.parametrize("top", [None, 1])
