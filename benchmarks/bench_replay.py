@@ -436,8 +436,7 @@ class _LateMargin(GPStrategy):
         lines = self._on_lines(history)
         if (self.phase == "lines" and not lines) or (self.phase == "tr" and lines):
             return best
-        ok = np.log(history.times[history.ok])
-        return best - self.late * float(ok.std()) if len(ok) > 1 else best
+        return best - self.late * self._spread(history)
 
 
 class _SettingCentres(GPStrategy):

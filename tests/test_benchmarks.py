@@ -376,7 +376,6 @@ def test_gain_stall_counts_from_the_last_improvement_above_the_threshold() -> No
     assert plain._since_best(history.history) == 1  # type: ignore[attr-defined]
 
 
-
 def _late_history(since_best: int) -> object:
     """A proposal context of 12 + ``since_best`` evaluations, the best (1.0) the 12th."""
     n = 12 + since_best
@@ -401,7 +400,7 @@ def test_late_margin_applies_in_its_phase_from_ten_evaluations(
         history = ctx.history  # type: ignore[attr-defined]
         assert strategy._on_lines(history) is (since >= 16)
         y = np.log(history.times)
-        want = np.log(1.0) - (late * np.log(history.times).std() if margined else 0.0)
+        want = np.log(1.0) - (late * y.std() if margined else 0.0)
         assert strategy._target(history, y) == pytest.approx(want)
     with pytest.raises(ValueError, match="phase"):
         _benchmark("bench_replay")._LateMargin(late=0.5, phase="line")

@@ -265,8 +265,14 @@ class GPStrategy(Strategy):
         best = float(np.min(y))
         if not self.margin or len(history.rows) >= self.global_until:
             return best
+        return best - self.margin * self._spread(history)
+
+    @staticmethod
+    def _spread(history: History) -> float:
+        """The standard deviation of the successful log-times (0 with fewer than two):
+        the unit of ``margin``. Failures are left out, imputed or not."""
         ok = np.log(history.times[history.ok])
-        return best - self.margin * float(ok.std()) if len(ok) > 1 else best
+        return float(ok.std()) if len(ok) > 1 else 0.0
 
     def _candidates(self, ctx: ProposalContext) -> np.ndarray:
         """The available rows this proposal chooses among (the region of its phase).
