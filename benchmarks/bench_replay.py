@@ -51,6 +51,7 @@ from spectune.autotune._gp import (  # noqa: E402
     GaussianProcess,
     expected_improvement,
 )
+from spectune.autotune._space_index import _two_adic  # noqa: E402
 from spectune.autotune._strategies import (  # noqa: E402
     SWITCH_TURN_EVERY,
     GPStrategy,
@@ -68,6 +69,7 @@ from spectune.autotune.replay import (  # noqa: E402
     replay,
     write_synthetic,
 )
+from spectune.space import is_power_of_two  # noqa: E402
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "tuning-spaces"
 
@@ -493,6 +495,95 @@ class _RoughEverywhereLateMargin(_RoughEverywhere, _LateMargin):
     """``_RoughEverywhere`` with ``_LateMargin``'s margin."""
 
 
+class _AlignmentOf(GPStrategy):
+    """``alignment`` features only for the integer parameters whose values are all
+    multiples of ``granule`` (block sizes; ``None``: for none): on convolution_A100 the
+    optimum's tile (1x3) has the alignment of the slow tile 1, so the feature for small
+    tile factors, which no warp or wavefront size divides, may mislead the model."""
+
+    def __init__(self, *, granule: int | None, **kw: object) -> None:
+        super().__init__(**kw)  # type: ignore[arg-type]
+        self.granule = granule
+
+    def propose(self, ctx: ProposalContext) -> int | None:
+        h = ctx.history
+        if self._features is None and len(h.rows) >= self.n_init and h.ok.any():
+            self._features = _aligned_features(ctx.index, self.granule)
+            self._gp = GaussianProcess(self._features.shape[1])
+            self._settings = _switch_settings(ctx.index)
+        return super().propose(ctx)
+
+
+def _aligned_features(index: SpaceIndex, granule: int | None) -> np.ndarray:
+    """``index.features(alignment=True)`` less the alignment columns of the parameters
+    whose values are not all multiples of ``granule`` (all of them, ``None``)."""
+    features = index.features(alignment=True)
+    first = int((index.cards > 1).sum())  # the ordinal columns come first
+    keep = list(range(first))
+    aligned = [vals for vals in index.values
+               if (twos := _two_adic(vals)) is not None and len(set(twos)) > 1
+               and not all(is_power_of_two(v) for v in vals)]  # type: ignore[arg-type]
+    for column, vals in enumerate(aligned, start=first):
+        if granule is not None and all(v % granule == 0 for v in vals):  # type: ignore[operator]
+            keep.append(column)
+    assert features.shape[1] == first + len(aligned)
+    return features[:, keep]
+
+
+class _KeepSwitches(GPStrategy):
+    """The trust region (``lines=True``: the lines too; not the switch turns nor the
+    escapes) holds only configurations with the best's switch setting, where it holds
+    any: on convolution_A100 the seeds that find the optimum spend about half their
+    evaluations after reaching its slice outside it."""
+
+    def __init__(self, *, lines: bool = False, **kw: object) -> None:
+        super().__init__(**kw)  # type: ignore[arg-type]
+        self.lines = lines
+
+    def _candidates(self, ctx: ProposalContext) -> np.ndarray:
+        region = super()._candidates(ctx)
+        h = ctx.history
+        if (self._settings is None or len(h.rows) < self.global_until or self._escaping(h)
+                or self._switch_turn(h) or (self._on_lines(h) and not self.lines)):
+            return region
+        same = region[self._settings[region] == self._settings[h.best_row()]]
+        return same if len(same) else region
+
+
+class _PlaneTurns(GPStrategy):
+    """In the trust region, every ``every``-th proposal (by evaluations since the best)
+    chooses among the best's plane of the two parameters with the most values (the others
+    kept), by a Thompson draw there while the fit is rough with ``draw``: on
+    convolution_A100 the optimum is two block sizes from the runner-up, found a median
+    of 36 evaluations after it."""
+
+    def __init__(self, *, every: int, draw: bool = False, **kw: object) -> None:
+        super().__init__(**kw)  # type: ignore[arg-type]
+        self.every = every
+        self.draw = draw
+
+    def _plane_turn(self, history: History) -> bool:
+        return (len(history.rows) >= self.global_until and not self._on_lines(history)
+                and not self._escaping(history)
+                and self._since_best(history) % self.every == self.every - 1)
+
+    def _candidates(self, ctx: ProposalContext) -> np.ndarray:
+        h = ctx.history
+        if not self._plane_turn(h):
+            return super()._candidates(ctx)
+        index = ctx.index
+        others = np.argsort(-index.cards, kind="stable")[2:]
+        rows = np.flatnonzero(ctx.available)
+        plane = rows[(index.grid[rows][:, others] == index.grid[h.best_row()][others]).all(axis=1)]
+        return plane if len(plane) else super()._candidates(ctx)
+
+    def _rough_lines(self, history: History) -> bool:
+        assert self._gp is not None
+        if self.draw and self._plane_turn(history) and self._gp.noise > TYPICAL_NOISE:
+            return True
+        return super()._rough_lines(history)
+
+
 class _EliteConsensus(_RoughLinesRegion):
     """The region is the elites' consensus: the configurations that keep every value all
     the elites share (convolution_A100's runner-up seeds: the elites share the tile and
@@ -872,6 +963,22 @@ VARIANTS = {
     "gp-ei-margin-rough-all-lm0.5": functools.partial(
         _rough_variant, _RoughEverywhereLateMargin, margin=6.0, switch_turns=TYPICAL_NOISE,
         late=0.5, phase="lines"),
+    # Written in stop 44, for the same cell: alignment features for block sizes only
+    # (-al8: multiples of 8) or none (-al-none); the trust region held to the best's
+    # switch setting (-ks-tr; -ks-all: the lines too); every 2nd or 3rd trust-region
+    # proposal in the best's plane of the two parameters with most values (-pl2, -pl3;
+    # -pl2d, -pl3d: a Thompson draw there while rough). None kept (docs/replay.md).
+    "gp-ei-margin-al8": functools.partial(_rough_variant, _AlignmentOf, margin=6.0,
+                                          switch_turns=TYPICAL_NOISE, granule=8),
+    "gp-ei-margin-al-none": functools.partial(_rough_variant, _AlignmentOf, margin=6.0,
+                                              switch_turns=TYPICAL_NOISE, granule=None),
+    **{f"gp-ei-margin-ks-{tag}": functools.partial(
+        _rough_variant, _KeepSwitches, margin=6.0, switch_turns=TYPICAL_NOISE, lines=lines)
+       for tag, lines in [("tr", False), ("all", True)]},
+    **{f"gp-ei-margin-pl{every}{'d' if draw else ''}": functools.partial(
+        _rough_variant, _PlaneTurns, margin=6.0, switch_turns=TYPICAL_NOISE, every=every,
+        draw=draw)
+       for every in (2, 3) for draw in (False, True)},
 }
 
 #: Synthetic spaces: (roughness, fail fraction) cycled over seeds.

@@ -454,6 +454,90 @@ def test_rough_everywhere_draws_in_the_trust_region_while_the_fit_is_rough() -> 
     assert not strategy._rough_lines(early.history)  # type: ignore[attr-defined]
 
 
+def test_alignment_of_keeps_the_alignment_features_of_block_sizes_only() -> None:
+    """``gp-ei-margin-al8`` / ``-al-none``: the alignment columns of the parameters whose
+    values are all multiples of 8 (block sizes) are kept, those of small factors (tiles)
+    dropped; with no granule the features are the ordinal ones alone."""
+    from spectune.autotune import SpaceIndex
+    from spectune.space import Param, SearchSpace
+
+    bench = _benchmark("bench_replay")
+    index = SpaceIndex(SearchSpace(params=(
+        Param("block", (16, 32, 48, 64)), Param("tile", (1, 2, 3, 4)),
+        Param("pitch", (8, 12, 16, 20)), Param("s", (0, 1)))))
+    full, ordinal = index.features(alignment=True), index.features(alignment=False)
+    assert full.shape[1] == ordinal.shape[1] + 3  # block's, tile's and pitch's alignment
+    block_alignment = full[:, 4]
+    # 16, 32, 48, 64: largest powers of two 2^4, 2^5, 2^4, 2^6, scaled to [0, 1]
+    assert np.array_equal(block_alignment, np.array([0.0, 0.5, 0.0, 1.0])[index.grid[:, 0]])
+    kept = bench._aligned_features(index, 8)
+    assert np.array_equal(kept, np.c_[ordinal, block_alignment])
+    assert np.array_equal(bench._aligned_features(index, None), ordinal)
+    assert np.array_equal(bench._aligned_features(index, 1), full)
+    strategy = bench.VARIANTS["gp-ei-margin-al8"](0)
+    ctx = _late_history(3)
+    strategy.propose(ctx)
+    assert np.array_equal(strategy._features,
+                          bench._aligned_features(ctx.index, 8))  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("variant", ["gp-ei-margin-ks-tr", "gp-ei-margin-ks-all"])
+def test_keep_switches_holds_the_region_to_the_best_switch_setting(variant: str) -> None:
+    """``gp-ei-margin-ks-tr``: the trust region holds only the best's switch setting, the
+    lines do not; ``-ks-all``: both do. ``auto``'s region, less the other settings."""
+    from spectune.autotune import STRATEGIES
+
+    strategy, auto = _benchmark("bench_replay").VARIANTS[variant](0), STRATEGIES["auto"](0)
+    for since, held in [(3, True), (20, variant.endswith("all"))]:
+        ctx = _late_history(since)
+        for s in (strategy, auto):
+            s.propose(ctx)
+        best = ctx.history.best_row()  # type: ignore[attr-defined]
+        if since == 20:
+            assert auto._on_lines(ctx.history) and not auto._switch_turn(ctx.history)  # type: ignore[attr-defined]
+        grid = ctx.index.grid  # type: ignore[attr-defined]
+        region, wide = strategy._candidates(ctx), auto._candidates(ctx)
+        same = wide[(grid[wide][:, 2:] == grid[best][2:]).all(axis=1)]
+        assert 0 < len(same) < len(wide)
+        assert set(region.tolist()) == set((same if held else wide).tolist()), since
+
+
+@pytest.mark.parametrize("every", [2, 3])
+def test_plane_turns_choose_in_the_best_plane_of_the_two_largest_parameters(every: int) -> None:
+    """``gp-ei-margin-pl<every>``: in the trust region, every ``every``-th proposal since
+    the best chooses among the unseen configurations that keep the best's values of all
+    but the two parameters with most values (``a``, ``b``); ``-pl<every>d`` draws there
+    while the fit is rough. Not on the lines."""
+    from spectune.autotune import STRATEGIES
+
+    variants = _benchmark("bench_replay").VARIANTS
+    auto = STRATEGIES["auto"](0)
+    for since in range(0, 6):
+        ctx = _late_history(since)
+        strategy = variants[f"gp-ei-margin-pl{every}"](0)
+        drawing = variants[f"gp-ei-margin-pl{every}d"](0)
+        for s in (strategy, drawing, auto):
+            s.propose(ctx)
+        grid, best = ctx.index.grid, ctx.history.best_row()  # type: ignore[attr-defined]
+        unseen = np.flatnonzero(ctx.available)  # type: ignore[attr-defined]
+        turn = since % every == every - 1
+        plane = unseen[(grid[unseen][:, 2:] == grid[best][2:]).all(axis=1)]
+        want = plane if turn else auto._candidates(ctx)
+        assert set(strategy._candidates(ctx).tolist()) == set(want.tolist()), since
+        gp = drawing._gp
+        gp.theta[gp.dims + 1] = np.log(0.5)  # a rough fit, as the fit stores it
+        assert drawing._rough_lines(ctx.history) is turn  # type: ignore[attr-defined]
+        gp.theta[gp.dims + 1] = np.log(1e-4)  # a smooth one
+        assert not drawing._rough_lines(ctx.history)  # type: ignore[attr-defined]
+        gp.theta[gp.dims + 1] = np.log(0.5)
+        assert not strategy._rough_lines(ctx.history)  # type: ignore[attr-defined]
+    lines = _late_history(20)
+    strategy = variants[f"gp-ei-margin-pl{every}"](0)
+    strategy.propose(lines)
+    auto.propose(lines)
+    assert set(strategy._candidates(lines).tolist()) == set(auto._candidates(lines).tolist())
+
+
 def test_leave_one_out_reports_peers_beside_and_never_chooses_them(tmp_path: Path) -> None:
     out = tmp_path / "loo.json"
     done = subprocess.run(
