@@ -51,7 +51,6 @@ from spectune.autotune._gp import (  # noqa: E402
     GaussianProcess,
     expected_improvement,
 )
-from spectune.autotune._space_index import _two_adic  # noqa: E402
 from spectune.autotune._strategies import (  # noqa: E402
     SWITCH_TURN_EVERY,
     GPStrategy,
@@ -69,7 +68,6 @@ from spectune.autotune.replay import (  # noqa: E402
     replay,
     write_synthetic,
 )
-from spectune.space import is_power_of_two  # noqa: E402
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "tuning-spaces"
 
@@ -302,11 +300,14 @@ class _ClippedGP(GPStrategy):
 
 
 def _build_model(
-    strategy: GPStrategy, ctx: ProposalContext, cls: type[GaussianProcess], **kw: object
+    strategy: GPStrategy, ctx: ProposalContext, cls: type[GaussianProcess], *,
+    features: np.ndarray | None = None, **kw: object
 ) -> None:
     """What ``GPStrategy.propose`` builds at its first model proposal, with the GP a
-    ``cls``: the features, the model and the switch settings."""
-    strategy._features = ctx.index.features(alignment=strategy.alignment)
+    ``cls`` (and ``features`` instead of the strategy's own, when given): the features,
+    the model and the switch settings."""
+    strategy._features = (ctx.index.features(alignment=strategy.alignment)
+                          if features is None else features)
     strategy._gp = cls(strategy._features.shape[1], **kw)  # type: ignore[arg-type]
     strategy._settings = _switch_settings(ctx.index)
 
@@ -506,28 +507,20 @@ class _AlignmentOf(GPStrategy):
         self.granule = granule
 
     def propose(self, ctx: ProposalContext) -> int | None:
-        h = ctx.history
-        if self._features is None and len(h.rows) >= self.n_init and h.ok.any():
-            self._features = _aligned_features(ctx.index, self.granule)
-            self._gp = GaussianProcess(self._features.shape[1])
-            self._settings = _switch_settings(ctx.index)
+        if self._features is None and len(ctx.history.rows) >= self.n_init:
+            _build_model(self, ctx, GaussianProcess,
+                         features=_aligned_features(ctx.index, self.granule))
         return super().propose(ctx)
 
 
 def _aligned_features(index: SpaceIndex, granule: int | None) -> np.ndarray:
     """``index.features(alignment=True)`` less the alignment columns of the parameters
     whose values are not all multiples of ``granule`` (all of them, ``None``)."""
-    features = index.features(alignment=True)
-    first = int((index.cards > 1).sum())  # the ordinal columns come first
-    keep = list(range(first))
-    aligned = [vals for vals in index.values
-               if (twos := _two_adic(vals)) is not None and len(set(twos)) > 1
-               and not all(is_power_of_two(v) for v in vals)]  # type: ignore[arg-type]
-    for column, vals in enumerate(aligned, start=first):
-        if granule is not None and all(v % granule == 0 for v in vals):  # type: ignore[operator]
-            keep.append(column)
-    assert features.shape[1] == first + len(aligned)
-    return features[:, keep]
+    columns = [index.features()] + [
+        level[index.grid[:, j]][:, None] for j, level in index._alignment_levels()
+        if granule is not None and all(v % granule == 0 for v in index.values[j])  # type: ignore[operator]
+    ]
+    return np.concatenate(columns, axis=1)
 
 
 class _KeepSwitches(GPStrategy):

@@ -94,16 +94,22 @@ class SpaceIndex:
             return np.zeros((len(self.grid), 1))
         columns = [(self.grid / span)[:, keep].astype(float)]
         if alignment:
-            for j, vals in enumerate(self.values):
-                twos = _two_adic(vals)
-                if twos is None or len(set(twos)) < 2:
-                    continue
-                if all(is_power_of_two(v) for v in vals):  # type: ignore[arg-type]
-                    continue  # powers of two: the exponent is the ordinal already
-                level = np.array(twos, dtype=float)
-                level = (level - level.min()) / (level.max() - level.min())
-                columns.append(level[self.grid[:, j]][:, None])
+            columns += [level[self.grid[:, j]][:, None] for j, level in self._alignment_levels()]
         return np.concatenate(columns, axis=1)
+
+    def _alignment_levels(self) -> list[tuple[int, np.ndarray]]:
+        """The parameters that get an alignment feature (:meth:`features`), in column
+        order: each one's position and its values' levels in [0, 1]."""
+        levels = []
+        for j, vals in enumerate(self.values):
+            twos = _two_adic(vals)
+            if twos is None or len(set(twos)) < 2:
+                continue
+            if all(is_power_of_two(v) for v in vals):  # type: ignore[arg-type]
+                continue  # powers of two: the exponent is the ordinal already
+            level = np.array(twos, dtype=float)
+            levels.append((j, (level - level.min()) / (level.max() - level.min())))
+        return levels
 
 
 def _two_adic(values: tuple[object, ...]) -> list[int] | None:
