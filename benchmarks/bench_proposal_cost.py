@@ -1,7 +1,8 @@
 """What a proposal of ``auto`` costs as a study grows, side by side with variants of it:
 the GP's BLAS on as many threads as BLAS picks by itself instead of one (``blas``), and
 the GP conditioned on every observation and scoring every candidate however long the
-study, without the ``MODEL_POINTS`` and ``LATE_CANDIDATES`` limits (``all``).
+study, without the ``MODEL_POINTS`` and ``LATE_CANDIDATES`` limits (``all``), and
+``auto`` before its kernel term over the block-size plane (``margin``).
 
     python benchmarks/bench_proposal_cost.py ../shared/tuning-spaces/convolution_A100_T4.json.gz \
         --repeats 5 --budget 200
@@ -53,6 +54,7 @@ VARIANTS: dict[str, tuple[str, type[_gp.GaussianProcess], str | StrategyFactory]
     "shipped": ("shipped", _gp.GaussianProcess, "auto"),
     "blas": ("BLAS's own threads", _Unlimited, "auto"),
     "all": ("all observations", _gp.GaussianProcess, _auto_without_limits),
+    "margin": ("without the plane's term (gp-ei-margin)", _gp.GaussianProcess, "gp-ei-margin"),
 }
 
 

@@ -242,20 +242,27 @@ def test_blind_proposals_follow_a_model_of_the_other_parameters_and_draw_the_swi
         assert len({g[2:] for g in picks}) > 1
 
 
-def test_margin_variants_are_auto_with_its_margin_set() -> None:
-    """``-margin6`` is ``auto`` (``gp-ei-margin``, measured under that name) and
-    ``-margin4`` differs from it in the margin alone (what a margin does:
-    tests/autotune/test_strategies.py)."""
+def test_margin_variants_are_gp_ei_margin_with_its_margin_set() -> None:
+    """``-margin6`` is ``gp-ei-margin`` (measured under that name) and ``-margin4``
+    differs from it in the margin alone (what a margin does:
+    tests/autotune/test_strategies.py); ``gp-ei-margin-plane`` is ``auto``
+    (``gp-ei-plane``, measured under that name), ``gp-ei-margin`` with the plane's
+    kernel term."""
     from spectune.autotune import STRATEGIES
 
     variants = _benchmark("bench_replay").VARIANTS
-    auto = STRATEGIES["auto"](0)
+    margin = STRATEGIES["gp-ei-margin"](0)
     four, six = variants["gp-ei-switch-margin4"](0), variants["gp-ei-switch-margin6"](0)
-    assert vars(six).keys() == vars(auto).keys()
-    assert all(vars(six)[k] == vars(auto)[k] for k in vars(auto) if not k.startswith("_"))
-    assert four.margin == 4.0 and auto.margin == 6.0
-    assert all(vars(four)[k] == vars(auto)[k] for k in vars(auto)
+    assert vars(six).keys() == vars(margin).keys()
+    assert all(vars(six)[k] == vars(margin)[k] for k in vars(margin) if not k.startswith("_"))
+    assert four.margin == 4.0 and margin.margin == 6.0
+    assert all(vars(four)[k] == vars(margin)[k] for k in vars(margin)
                if not k.startswith("_") and k != "margin")
+    auto, plane = STRATEGIES["auto"](0), variants["gp-ei-margin-plane"](0)
+    public = [k for k in vars(margin) if not k.startswith("_")]
+    assert all(vars(plane)[k] == vars(auto)[k] for k in public)
+    assert auto.plane_term and not margin.plane_term
+    assert all(vars(auto)[k] == vars(margin)[k] for k in public if k != "plane_term")
 
 
 def test_near_turns_change_the_switches_and_at_most_one_other_parameter() -> None:
@@ -382,6 +389,26 @@ def _late_history(since_best: int) -> object:
     times = [5.0 + (i % 7) for i in range(n)]
     times[11] = 1.0
     return _small_context([(7 * i) % 60 for i in range(n)], times)[0]
+
+
+def test_late_plane_proposes_with_the_plain_model_before_ten_evaluations() -> None:
+    """``gp-ei-margin-plane10``: ``gp-ei-margin``'s model (no kernel term) while fewer
+    than 10 evaluations are in, so its proposals there are ``gp-ei-margin``'s; from 10 on
+    ``auto``'s model, with the term over the two parameters with most values."""
+    from spectune.autotune import STRATEGIES
+
+    times = [5.0, 3.0, 7.0, 2.0, 6.0, 4.0, 8.0]
+    rows = [0, 11, 23, 35, 47, 52, 58]
+    strategy = _benchmark("bench_replay").VARIANTS["gp-ei-margin-plane10"](0)
+    margin = STRATEGIES["gp-ei-margin"](0)
+    for n in range(5, len(rows) + 1):  # 5-7 evaluations in
+        ctx = _small_context(rows[:n], times[:n])[0]
+        assert strategy.propose(ctx) == margin.propose(_small_context(rows[:n], times[:n])[0])
+        assert strategy._gp.terms == []
+    strategy.propose(_late_history(0))  # 12 in
+    # a and b have most values: their ordinal columns 0, 1 and alignment columns 4, 5.
+    assert [t.tolist() for t in strategy._gp.terms] == [[0, 1, 4, 5]]
+    assert strategy.plane_from == 10 and strategy.margin == 6.0
 
 
 @pytest.mark.parametrize(("variant", "in_region", "on_lines"), [

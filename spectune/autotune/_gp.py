@@ -1,6 +1,7 @@
 """A small Gaussian-process surrogate and expected improvement, in numpy.
 
-Matérn-5/2 kernel with one length scale per feature (ARD), Gaussian noise, fitted by
+Matérn-5/2 kernel with one length scale per feature (ARD), optionally plus Matérn-5/2
+terms over subsets of the features (an additive kernel), Gaussian noise, fitted by
 maximising the marginal likelihood with analytic gradients (L-BFGS-B), with weak
 log-normal priors that keep the fit sane on a few dozen points. Targets are normalised
 inside; callers pass log-times. Small on purpose: at a few hundred observations a fit
@@ -16,7 +17,7 @@ runs on has many cores and other work.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 import numpy as np
@@ -35,6 +36,7 @@ TYPICAL_NOISE = 1e-2
 _NOISE_PRIOR = (np.log(TYPICAL_NOISE), 2.0)  # mean, sd of log noise variance
 _LS_BOUNDS = (np.log(0.02), np.log(10.0))
 _SF_BOUNDS = (np.log(0.05), np.log(20.0))
+_TERM_SF_START = -1.0  # a term's log signal variance before the first fit: a minor part
 _NOISE_BOUNDS = (np.log(1e-5), np.log(1.0))
 _JITTER = 1e-6
 
@@ -63,12 +65,39 @@ class GaussianProcess:
 
     Args:
         dims: Number of features.
+        terms: Column subsets of the features, each adding a Matérn-5/2 term (its own
+            length scales and signal variance) over those columns alone to the kernel
+            over all of them. A term shares what its columns do across the other
+            features' values: where the full kernel's length scales are short (a rough
+            space), an observation says little about configurations that differ from it
+            in other parameters, and a term lets what, say, the block sizes do in one
+            setting of the tiles inform every other setting.
     """
 
-    def __init__(self, dims: int) -> None:
+    def __init__(self, dims: int, *, terms: Sequence[Sequence[int]] = ()) -> None:
         self.dims = dims
-        self.theta = np.r_[np.full(dims, _LS_PRIOR[0]), 0.0, _NOISE_PRIOR[0]]
+        self.terms = [np.asarray(t, dtype=int) for t in terms]
+        for t in self.terms:
+            if not len(t) or t.min() < 0 or t.max() >= dims:
+                raise ValueError(f"a term's columns must be among the {dims} features, got {t}")
+        # The kernel's components: all features (a slice, so a view of the arrays: the
+        # same memory gives the same rounding in numpy's reductions), then each term.
+        self._columns: list[slice | np.ndarray] = [slice(None), *self.terms]
+        start = [np.full(dims, _LS_PRIOR[0]), [0.0]]
+        for t in self.terms:
+            start += [np.full(len(t), _LS_PRIOR[0]), [_TERM_SF_START]]
+        self.theta = np.concatenate([*start, [_NOISE_PRIOR[0]]])
         self._x: np.ndarray | None = None
+
+    def _components(self, theta: np.ndarray) -> list[tuple[slice | np.ndarray, slice, int]]:
+        """Each component's columns, the slice of its log length scales in ``theta``
+        and the index of its log signal variance."""
+        out, i = [], 0
+        for cols in self._columns:
+            width = self.dims if isinstance(cols, slice) else len(cols)
+            out.append((cols, slice(i, i + width), i + width))
+            i += width + 1
+        return out
 
     @_one_blas_thread
     def fit(self, x: np.ndarray, y: np.ndarray, *, optimize: bool = True) -> None:
@@ -78,12 +107,17 @@ class GaussianProcess:
         yn = (y - self._mean) / self._scale
         if optimize and len(y) >= 2:
             diff2 = (x[:, None, :] - x[None, :, :]) ** 2
-            bounds = [_LS_BOUNDS] * self.dims + [_SF_BOUNDS, _NOISE_BOUNDS]
+            bounds = []
+            for _, ls, _ in self._components(self.theta):
+                bounds += [_LS_BOUNDS] * (ls.stop - ls.start) + [_SF_BOUNDS]
+            bounds.append(_NOISE_BOUNDS)
             start = np.clip(self.theta, [b[0] for b in bounds], [b[1] for b in bounds])
+            # Each component's squared differences, taken once for the whole fit.
+            parts = [(diff2[:, :, cols], ls, sf) for cols, ls, sf in self._components(start)]
             res = minimize(
                 _neg_log_posterior,
                 start,
-                args=(diff2, yn),
+                args=(parts, yn),
                 jac=True,
                 method="L-BFGS-B",
                 bounds=bounds,
@@ -91,10 +125,7 @@ class GaussianProcess:
             )
             if np.all(np.isfinite(res.x)):
                 self.theta = res.x
-        self._ls = np.exp(self.theta[: self.dims])
-        self._sf = float(np.exp(self.theta[self.dims]))
-        noise = float(np.exp(self.theta[self.dims + 1]))
-        k = self._sf * self._kernel(x, x) + (noise + _JITTER) * np.eye(len(x))
+        k = self._kernel(x, x) + (self.noise + _JITTER) * np.eye(len(x))
         self._chol = _cholesky(k)
         self._alpha = cho_solve((self._chol, True), yn)
         self._x = x
@@ -102,20 +133,21 @@ class GaussianProcess:
     @property
     def noise(self) -> float:
         """The fitted noise variance, as a share of the targets' variance."""
-        return float(np.exp(self.theta[self.dims + 1]))
+        return float(np.exp(self.theta[-1]))
 
     @_one_blas_thread
     def predict(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Posterior mean and standard deviation at ``x`` (in target units)."""
         mean, v = self._conditional(x)
-        var = np.maximum(self._sf - (v * v).sum(0), 1e-12)
+        prior = sum(np.exp(self.theta[sf]) for _, _, sf in self._components(self.theta))
+        var = np.maximum(prior - (v * v).sum(0), 1e-12)
         return mean * self._scale + self._mean, np.sqrt(var) * self._scale
 
     @_one_blas_thread
     def sample(self, x: np.ndarray, rng: np.random.Generator) -> np.ndarray:
         """One draw of the posterior at ``x`` (jointly; in target units)."""
         mean, v = self._conditional(x)
-        cov = self._sf * self._kernel(x, x) - v.T @ v
+        cov = self._kernel(x, x) - v.T @ v
         chol = _cholesky(cov + _JITTER * np.eye(len(x)))
         draw = mean + chol @ rng.standard_normal(len(x))
         return draw * self._scale + self._mean
@@ -123,15 +155,22 @@ class GaussianProcess:
     def _conditional(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Normalised posterior mean at ``x`` and ``L^-1 k(X, x)`` (for the covariance)."""
         assert self._x is not None, "fit first"
-        ks = self._sf * self._kernel(x, self._x)
+        ks = self._kernel(x, self._x)
         v = solve_triangular(self._chol, ks.T, lower=True, check_finite=False)
         return ks @ self._alpha, v
 
     def _kernel(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
-        sa, sb = a / self._ls, b / self._ls
-        r2 = (sa * sa).sum(1)[:, None] + (sb * sb).sum(1)[None, :] - 2.0 * sa @ sb.T
-        r = np.sqrt(np.maximum(r2, 0.0))
-        return (1.0 + _S5 * r + 5.0 * r * r / 3.0) * np.exp(-_S5 * r)
+        """The prior covariance of ``a`` and ``b``: every component, each with its
+        signal variance."""
+        total: np.ndarray | float = 0.0
+        for cols, ls, sf in self._components(self.theta):
+            scale = np.exp(self.theta[ls])
+            sa, sb = a[:, cols] / scale, b[:, cols] / scale
+            r2 = (sa * sa).sum(1)[:, None] + (sb * sb).sum(1)[None, :] - 2.0 * sa @ sb.T
+            r = np.sqrt(np.maximum(r2, 0.0))
+            total = total + np.exp(self.theta[sf]) * (
+                (1.0 + _S5 * r + 5.0 * r * r / 3.0) * np.exp(-_S5 * r))
+        return total  # type: ignore[return-value]
 
 
 def expected_improvement(mean: np.ndarray, sd: np.ndarray, best: float) -> np.ndarray:
@@ -154,19 +193,27 @@ def _cholesky(k: np.ndarray) -> np.ndarray:
 
 
 def _neg_log_posterior(
-    theta: np.ndarray, diff2: np.ndarray, y: np.ndarray
+    theta: np.ndarray,
+    components: list[tuple[np.ndarray, slice, int]],
+    y: np.ndarray,
 ) -> tuple[float, np.ndarray]:
-    d = diff2.shape[2]
-    ls2 = np.exp(2.0 * theta[:d])
-    sf = np.exp(theta[d])
-    noise = np.exp(theta[d + 1])
-    scaled = diff2 / ls2
-    r2 = scaled.sum(-1)
-    r = np.sqrt(r2)
-    e = np.exp(-_S5 * r)
-    corr = (1.0 + _S5 * r + 5.0 * r2 / 3.0) * e
+    """The negative log posterior of ``theta`` and its gradient. ``components``: each
+    kernel component's squared feature differences (points x points x its columns), the
+    slice of its log length scales in ``theta`` and the index of its log signal
+    variance; the log noise variance is last."""
     n = len(y)
-    k = sf * corr + (noise + _JITTER) * np.eye(n)
+    noise = np.exp(theta[-1])
+    k = (noise + _JITTER) * np.eye(n)
+    parts = []
+    for diff2, ls, sf_at in components:
+        scaled = diff2 / np.exp(2.0 * theta[ls])
+        r2 = scaled.sum(-1)
+        r = np.sqrt(r2)
+        e = np.exp(-_S5 * r)
+        corr = (1.0 + _S5 * r + 5.0 * r2 / 3.0) * e
+        sf = np.exp(theta[sf_at])
+        k = k + sf * corr
+        parts.append((ls, sf_at, scaled, r, e, corr, sf))
     try:
         chol = np.linalg.cholesky(k)
     except np.linalg.LinAlgError:
@@ -176,15 +223,16 @@ def _neg_log_posterior(
     w = k_inv - np.outer(alpha, alpha)
     value = 0.5 * y @ alpha + np.log(np.diag(chol)).sum()
     grad = np.zeros_like(theta)
-    # d corr / d log(ls_j) = (5/3) (1 + sqrt5 r) e^{-sqrt5 r} (diff_j / ls_j)^2
-    common = sf * (5.0 / 3.0) * (1.0 + _S5 * r) * e
-    grad[:d] = 0.5 * np.einsum("ij,ijk->k", w * common, scaled)
-    grad[d] = 0.5 * np.sum(w * (sf * corr))
-    grad[d + 1] = 0.5 * np.trace(w) * noise
     mu, sd = _LS_PRIOR
-    value += 0.5 * np.sum(((theta[:d] - mu) / sd) ** 2)
-    grad[:d] += (theta[:d] - mu) / sd**2
+    for ls, sf_at, scaled, r, e, corr, sf in parts:
+        # d corr / d log(ls_j) = (5/3) (1 + sqrt5 r) e^{-sqrt5 r} (diff_j / ls_j)^2
+        common = sf * (5.0 / 3.0) * (1.0 + _S5 * r) * e
+        grad[ls] = 0.5 * np.einsum("ij,ijk->k", w * common, scaled)
+        grad[sf_at] = 0.5 * np.sum(w * (sf * corr))
+        value += 0.5 * np.sum(((theta[ls] - mu) / sd) ** 2)
+        grad[ls] += (theta[ls] - mu) / sd**2
+    grad[-1] = 0.5 * np.trace(w) * noise
     mu, sd = _NOISE_PRIOR
-    value += 0.5 * ((theta[d + 1] - mu) / sd) ** 2
-    grad[d + 1] += (theta[d + 1] - mu) / sd**2
+    value += 0.5 * ((theta[-1] - mu) / sd) ** 2
+    grad[-1] += (theta[-1] - mu) / sd**2
     return float(value), grad

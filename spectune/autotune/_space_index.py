@@ -97,6 +97,23 @@ class SpaceIndex:
             columns += [level[self.grid[:, j]][:, None] for j, level in self._alignment_levels()]
         return np.concatenate(columns, axis=1)
 
+    def plane_columns(self, *, alignment: bool = False) -> list[int]:
+        """The columns of :meth:`features` (with the same ``alignment``) that belong to
+        the two parameters with the most values (the first listed among equals): in
+        GPU kernels usually the block sizes. Empty when no more than two parameters
+        have more than one value, where those columns are nearly all there are.
+        """
+        multi = [j for j in range(len(self.names)) if self.cards[j] > 1]
+        if len(multi) <= 2:
+            return []
+        plane = sorted(sorted(multi, key=lambda j: -self.cards[j])[:2])
+        columns = [multi.index(j) for j in plane]
+        if alignment:
+            for extra, (j, _) in enumerate(self._alignment_levels()):
+                if j in plane:
+                    columns.append(len(multi) + extra)
+        return sorted(columns)
+
     def _alignment_levels(self) -> list[tuple[int, np.ndarray]]:
         """The parameters that get an alignment feature (:meth:`features`), in column
         order: each one's position and its values' levels in [0, 1]."""
