@@ -496,32 +496,6 @@ class _RoughEverywhereLateMargin(_RoughEverywhere, _LateMargin):
     """``_RoughEverywhere`` with ``_LateMargin``'s margin."""
 
 
-class _LatePlane(GPStrategy):
-    """``auto`` (``gp-ei-plane``) whose model takes the plane's kernel term only from
-    ``plane_from`` evaluations on: before, the GP without it (``gp-ei-margin``'s). The
-    term's gains are on the convolution files; at 10 evaluations it costs the generated
-    spaces a few hundredths, whose first model proposals have five random
-    configurations to fit a second kernel on."""
-
-    def __init__(self, *, plane_from: int, **kw: object) -> None:
-        super().__init__(plane_term=True, **kw)  # type: ignore[arg-type]
-        self.plane_from = plane_from
-        self._models: tuple[GaussianProcess, GaussianProcess] | None = None
-
-    def propose(self, ctx: ProposalContext) -> int | None:
-        h = ctx.history
-        if len(h.rows) < self.n_init or not h.ok.any():
-            return None  # random
-        if self._models is None:
-            _build_model(self, ctx, GaussianProcess)
-            assert self._gp is not None and self._features is not None
-            plane = ctx.index.plane_columns(alignment=self.alignment)
-            self._models = (self._gp, GaussianProcess(self._features.shape[1],
-                                                      terms=[plane] if plane else []))
-        self._gp = self._models[len(h.rows) >= self.plane_from]
-        return super().propose(ctx)
-
-
 class _AlignmentOf(GPStrategy):
     """``alignment`` features only for the integer parameters whose values are all
     multiples of ``granule`` (block sizes; ``None``: for none): on convolution_A100 the
@@ -987,11 +961,12 @@ VARIANTS = {
     # switch setting (-ks-tr; -ks-all: the lines too); every 2nd or 3rd trust-region
     # proposal in the best's plane of the two parameters with most values (-pl2, -pl3;
     # -pl2d, -pl3d: a Thompson draw there while rough). None kept (docs/replay.md).
-    # A kernel term over the two parameters with most values (the block-size plane): the
-    # name gp-ei-plane (auto) was measured under.
-    "gp-ei-margin-plane": STRATEGIES["gp-ei-plane"],
-    "gp-ei-margin-plane10": functools.partial(_rough_variant, _LatePlane, margin=6.0,
-                                              switch_turns=TYPICAL_NOISE, plane_from=10),
+    # A kernel term over the two parameters with most values (the block-size plane), from
+    # the first model proposal on; -plane10: from the tenth evaluation on, the name
+    # gp-ei-plane (auto) was measured under.
+    "gp-ei-margin-plane": functools.partial(_rough_variant, GPStrategy, margin=6.0,
+                                            switch_turns=TYPICAL_NOISE, plane_term=True),
+    "gp-ei-margin-plane10": STRATEGIES["gp-ei-plane"],
     "gp-ei-margin-al8": functools.partial(_rough_variant, _AlignmentOf, margin=6.0,
                                           switch_turns=TYPICAL_NOISE, granule=8),
     "gp-ei-margin-al-none": functools.partial(_rough_variant, _AlignmentOf, margin=6.0,

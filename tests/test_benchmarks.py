@@ -245,9 +245,10 @@ def test_blind_proposals_follow_a_model_of_the_other_parameters_and_draw_the_swi
 def test_margin_variants_are_gp_ei_margin_with_its_margin_set() -> None:
     """``-margin6`` is ``gp-ei-margin`` (measured under that name) and ``-margin4``
     differs from it in the margin alone (what a margin does:
-    tests/autotune/test_strategies.py); ``gp-ei-margin-plane`` is ``auto``
+    tests/autotune/test_strategies.py); ``gp-ei-margin-plane10`` is ``auto``
     (``gp-ei-plane``, measured under that name), ``gp-ei-margin`` with the plane's
-    kernel term."""
+    kernel term from 10 evaluations on, and ``gp-ei-margin-plane`` has the term from
+    the start."""
     from spectune.autotune import STRATEGIES
 
     variants = _benchmark("bench_replay").VARIANTS
@@ -258,11 +259,14 @@ def test_margin_variants_are_gp_ei_margin_with_its_margin_set() -> None:
     assert four.margin == 4.0 and margin.margin == 6.0
     assert all(vars(four)[k] == vars(margin)[k] for k in vars(margin)
                if not k.startswith("_") and k != "margin")
-    auto, plane = STRATEGIES["auto"](0), variants["gp-ei-margin-plane"](0)
+    auto, plane10 = STRATEGIES["auto"](0), variants["gp-ei-margin-plane10"](0)
+    plane = variants["gp-ei-margin-plane"](0)
     public = [k for k in vars(margin) if not k.startswith("_")]
-    assert all(vars(plane)[k] == vars(auto)[k] for k in public)
+    assert all(vars(plane10)[k] == vars(auto)[k] for k in public)
     assert auto.plane_term and not margin.plane_term
-    assert all(vars(auto)[k] == vars(margin)[k] for k in public if k != "plane_term")
+    assert (auto.plane_from, plane.plane_from) == (10, 0)
+    others = [k for k in public if k not in ("plane_term", "plane_from")]
+    assert all(vars(auto)[k] == vars(margin)[k] == vars(plane)[k] for k in others)
 
 
 def test_near_turns_change_the_switches_and_at_most_one_other_parameter() -> None:
@@ -392,9 +396,10 @@ def _late_history(since_best: int) -> object:
 
 
 def test_late_plane_proposes_with_the_plain_model_before_ten_evaluations() -> None:
-    """``gp-ei-margin-plane10``: ``gp-ei-margin``'s model (no kernel term) while fewer
-    than 10 evaluations are in, so its proposals there are ``gp-ei-margin``'s; from 10 on
-    ``auto``'s model, with the term over the two parameters with most values."""
+    """``gp-ei-margin-plane10`` (``auto``): ``gp-ei-margin``'s model (no kernel term)
+    while fewer than 10 evaluations are in, so its proposals there are
+    ``gp-ei-margin``'s; from 10 on the model with the term over the two parameters with
+    most values."""
     from spectune.autotune import STRATEGIES
 
     times = [5.0, 3.0, 7.0, 2.0, 6.0, 4.0, 8.0]

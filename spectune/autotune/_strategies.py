@@ -2,9 +2,10 @@
 
 * ``gp-ei-plane`` (``auto``): a Gaussian process on the log-times (failures enter as
   the slowest success), over the ordinal encoding plus each integer parameter's
-  power-of-two alignment, its kernel a Matérn over all of them plus one over the two
-  parameters with the most values (the block sizes, mostly: a trend there is carried
-  across the other parameters' settings); after 5 random configurations, each proposal is the
+  power-of-two alignment, its kernel a Matérn over all of them plus, from the tenth
+  evaluation on, one over the two parameters with the most values (the block sizes,
+  mostly: a trend there is carried across the other parameters' settings); after 5
+  random configurations, each proposal is the
   configuration of highest expected improvement, over the whole space until 10
   evaluations are in (measured there below the best log-time less 6 standard
   deviations of the log-times so far, so those first proposals go where the model is
@@ -165,6 +166,10 @@ class GPStrategy(Strategy):
             the three fastest in 24), but the one kernel over all features, its length
             scales short where the space is rough, takes a shape's time in one setting
             to say little about another. The term carries that trend across settings.
+        plane_from: With ``plane_term``, the model has the term from this many
+            evaluations on, and before them is the GP without it: with a handful of
+            random configurations a second kernel has too little to fit (on the
+            generated spaces the term cost a few hundredths at 10 evaluations).
         failures: How failed configurations (compile errors, out of resources, wrong
             results) enter the regression. ``"ignore"``: they do not (the model is of
             the successes' times; a failure is never proposed again, being evaluated).
@@ -198,6 +203,7 @@ class GPStrategy(Strategy):
         rough_lines: float | None = None,
         switch_turns: float | None = None,
         plane_term: bool = False,
+        plane_from: int = 0,
         failures: str = "ignore",
         model_points: int | None = MODEL_POINTS,
     ) -> None:
@@ -209,6 +215,8 @@ class GPStrategy(Strategy):
             raise ValueError(f"elites must be >= 1, got {elites}")
         if margin < 0:
             raise ValueError(f"margin must be >= 0, got {margin}")
+        if plane_from < 0:
+            raise ValueError(f"plane_from must be >= 0, got {plane_from}")
         if model_points is not None and model_points < 2:
             raise ValueError(f"model_points must be >= 2 or None, got {model_points}")
         self.n_init = n_init
@@ -223,12 +231,15 @@ class GPStrategy(Strategy):
         self.rough_lines = rough_lines
         self.switch_turns = switch_turns
         self.plane_term = plane_term
+        self.plane_from = plane_from
         self.failures = failures
         self.model_points = model_points
         self.name = "gp" if radius is None else "gp-tr"
         if acquisition == "thompson":
             self.name += "-ts"
         self._gp: GaussianProcess | None = None
+        # The model without the plane's term and, with plane_term, the one with it.
+        self._models: tuple[GaussianProcess, GaussianProcess | None] | None = None
         self._features: np.ndarray | None = None
         self._settings: np.ndarray | None = None  # per row, its switches' setting
         self._fitted_at = 0
@@ -239,9 +250,15 @@ class GPStrategy(Strategy):
             return None  # random
         if self._features is None:
             self._features = ctx.index.features(alignment=self.alignment)
+            dims = self._features.shape[1]
             plane = ctx.index.plane_columns(alignment=self.alignment) if self.plane_term else []
-            self._gp = GaussianProcess(self._features.shape[1], terms=[plane] if plane else [])
+            self._models = (GaussianProcess(dims),
+                            GaussianProcess(dims, terms=[plane]) if plane else None)
             self._settings = _switch_settings(ctx.index)
+        if self._models is not None:  # None where a subclass built its own model
+            plain, planed = self._models
+            late = planed is not None and len(h.rows) >= self.plane_from
+            self._gp = planed if late else plain
         assert self._gp is not None
         feats = self._features
         rows, y = self._observations(h)
@@ -555,6 +572,7 @@ def _gp_scheduled(
     rough_lines: float | None = None,
     switch_turns: float | None = None,
     plane_term: bool = False,
+    plane_from: int = 0,
 ) -> Strategy:
     """The trust-region GP with alignment features, the 5 elites' lines after 16
     evaluations without improvement and escapes after 40 (``gp-ei-plane``,
@@ -572,6 +590,7 @@ def _gp_scheduled(
         rough_lines=rough_lines,
         switch_turns=switch_turns,
         plane_term=plane_term,
+        plane_from=plane_from,
         stall=40,
         failures=failures,
     )
@@ -579,11 +598,13 @@ def _gp_scheduled(
 
 #: Strategy factories by name; each takes the seed.
 STRATEGIES: dict[str, Callable[[int | None], Strategy]] = {
-    # gp-ei-margin whose model has a kernel term over the block-size plane.
+    # gp-ei-margin whose model has a kernel term over the block-size plane from the
+    # tenth evaluation on.
     "gp-ei-plane": lambda seed: _gp_scheduled(acquisition="ei", failures="worst",
                                                global_until=10, margin=6.0,
                                                rough_lines=TYPICAL_NOISE,
-                                               switch_turns=TYPICAL_NOISE, plane_term=True),
+                                               switch_turns=TYPICAL_NOISE, plane_term=True,
+                                               plane_from=10),
     # gp-ei-switch whose first model proposals demand an improvement of 6 spreads.
     "gp-ei-margin": lambda seed: _gp_scheduled(acquisition="ei", failures="worst",
                                                 global_until=10, margin=6.0,

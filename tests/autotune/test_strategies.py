@@ -42,6 +42,7 @@ def test_auto_is_the_expected_improvement_trust_region_with_alignment_lines_and_
     assert strategy.switch_turns == TYPICAL_NOISE  # gp-ei-switch: turns when smooth
     assert strategy.margin == 6.0  # gp-ei-margin: its first model proposals demand more
     assert strategy.plane_term  # gp-ei-plane: a kernel term over the block-size plane
+    assert strategy.plane_from == 10  # from the tenth evaluation on
     margin = make_strategy("gp-ei-margin", seed=0)
     assert isinstance(margin, GPStrategy)
     assert (margin.margin, margin.plane_term) == (6.0, False)
@@ -281,6 +282,15 @@ def test_a_plane_term_models_the_two_parameters_with_most_values(plane_term: boo
     # Columns: bx 0, by 1, tile 2, flag 3; alignment: bx 4, tile 5.
     assert [t.tolist() for t in strategy._gp.terms] == ([[0, 1, 4]] if plane_term else [])
     assert len(strategy._gp.theta) == 6 + 2 + (4 if plane_term else 0)
+    # plane_from: the model without the term until that many evaluations are in.
+    late = GPStrategy(alignment=True, plane_term=plane_term, plane_from=8)
+    late.propose(_context(index, rows, [float(r % 7 + 1) for r in rows]))
+    assert late._gp is not None and late._gp.terms == []
+    more = [*rows, 3, 77]
+    late.propose(_context(index, more, [float(r % 7 + 1) for r in more]))
+    assert [t.tolist() for t in late._gp.terms] == ([[0, 1, 4]] if plane_term else [])
+    with pytest.raises(ValueError, match="plane_from must be >= 0, got -1"):
+        GPStrategy(plane_from=-1)
 
 
 def _hamming(a: tuple[int, ...], b: tuple[int, ...]) -> int:
