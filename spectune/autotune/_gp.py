@@ -82,22 +82,20 @@ class GaussianProcess:
                 raise ValueError(f"a term's columns must be among the {dims} features, got {t}")
         # The kernel's components: all features (a slice, so a view of the arrays: the
         # same memory gives the same rounding in numpy's reductions), then each term.
-        self._columns: list[slice | np.ndarray] = [slice(None), *self.terms]
+        columns: list[slice | np.ndarray] = [slice(None), *self.terms]
+        # Each component's columns, the slice of its log length scales in ``theta`` and
+        # the index of its log signal variance (the log noise variance is last).
+        self._layout: list[tuple[slice | np.ndarray, slice, int]] = []
+        at = 0
+        for cols in columns:
+            width = dims if isinstance(cols, slice) else len(cols)
+            self._layout.append((cols, slice(at, at + width), at + width))
+            at += width + 1
         start = [np.full(dims, _LS_PRIOR[0]), [0.0]]
         for t in self.terms:
             start += [np.full(len(t), _LS_PRIOR[0]), [_TERM_SF_START]]
         self.theta = np.concatenate([*start, [_NOISE_PRIOR[0]]])
         self._x: np.ndarray | None = None
-
-    def _components(self, theta: np.ndarray) -> list[tuple[slice | np.ndarray, slice, int]]:
-        """Each component's columns, the slice of its log length scales in ``theta``
-        and the index of its log signal variance."""
-        out, i = [], 0
-        for cols in self._columns:
-            width = self.dims if isinstance(cols, slice) else len(cols)
-            out.append((cols, slice(i, i + width), i + width))
-            i += width + 1
-        return out
 
     @_one_blas_thread
     def fit(self, x: np.ndarray, y: np.ndarray, *, optimize: bool = True) -> None:
@@ -108,12 +106,12 @@ class GaussianProcess:
         if optimize and len(y) >= 2:
             diff2 = (x[:, None, :] - x[None, :, :]) ** 2
             bounds = []
-            for _, ls, _ in self._components(self.theta):
+            for _, ls, _ in self._layout:
                 bounds += [_LS_BOUNDS] * (ls.stop - ls.start) + [_SF_BOUNDS]
             bounds.append(_NOISE_BOUNDS)
             start = np.clip(self.theta, [b[0] for b in bounds], [b[1] for b in bounds])
             # Each component's squared differences, taken once for the whole fit.
-            parts = [(diff2[:, :, cols], ls, sf) for cols, ls, sf in self._components(start)]
+            parts = [(diff2[:, :, cols], ls, sf) for cols, ls, sf in self._layout]
             res = minimize(
                 _neg_log_posterior,
                 start,
@@ -139,7 +137,7 @@ class GaussianProcess:
     def predict(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Posterior mean and standard deviation at ``x`` (in target units)."""
         mean, v = self._conditional(x)
-        prior = sum(np.exp(self.theta[sf]) for _, _, sf in self._components(self.theta))
+        prior = sum(np.exp(self.theta[sf]) for _, _, sf in self._layout)
         var = np.maximum(prior - (v * v).sum(0), 1e-12)
         return mean * self._scale + self._mean, np.sqrt(var) * self._scale
 
@@ -163,7 +161,7 @@ class GaussianProcess:
         """The prior covariance of ``a`` and ``b``: every component, each with its
         signal variance."""
         total: np.ndarray | float = 0.0
-        for cols, ls, sf in self._components(self.theta):
+        for cols, ls, sf in self._layout:
             scale = np.exp(self.theta[ls])
             sa, sb = a[:, cols] / scale, b[:, cols] / scale
             r2 = (sa * sa).sum(1)[:, None] + (sb * sb).sum(1)[None, :] - 2.0 * sa @ sb.T

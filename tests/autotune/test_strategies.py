@@ -137,7 +137,7 @@ def test_the_fit_gradient_matches_finite_differences(terms: list[list[int]]) -> 
     theta = gp.theta + rng.normal(0, 0.3, len(gp.theta))
     assert len(theta) == 3 + 2 + sum(len(t) + 1 for t in terms)
     diff2 = (x[:, None, :] - x[None, :, :]) ** 2
-    parts = [(diff2[:, :, cols], ls, sf) for cols, ls, sf in gp._components(theta)]
+    parts = [(diff2[:, :, cols], ls, sf) for cols, ls, sf in gp._layout]
     _, grad = _gp._neg_log_posterior(theta, parts, y)
     step = 1e-6
     numeric = [
