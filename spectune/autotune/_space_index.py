@@ -88,14 +88,12 @@ class SpaceIndex:
         size is a multiple of the warp or wavefront size, and that is not a smooth
         function of the value's position in its list.
         """
-        span = np.maximum(self.cards - 1, 1)
-        keep = self.cards > 1
-        if not keep.any():
+        columns = self._columns(alignment=alignment)
+        if not columns:
             return np.zeros((len(self.grid), 1))
-        columns = [(self.grid / span)[:, keep].astype(float)]
-        if alignment:
-            columns += [level[self.grid[:, j]][:, None] for j, level in self._alignment_levels()]
-        return np.concatenate(columns, axis=1)
+        # Column-major, as the features have always been built: the GP's sums over
+        # columns round in memory order, so the layout is part of its results.
+        return np.stack([level[self.grid[:, j]] for j, level in columns]).T
 
     def plane_columns(self, *, alignment: bool = False) -> list[int]:
         """The columns of :meth:`features` (with the same ``alignment``) that belong to
@@ -106,13 +104,20 @@ class SpaceIndex:
         multi = [j for j in range(len(self.names)) if self.cards[j] > 1]
         if len(multi) <= 2:
             return []
-        plane = sorted(sorted(multi, key=lambda j: -self.cards[j])[:2])
-        columns = [multi.index(j) for j in plane]
+        plane = set(sorted(multi, key=lambda j: -self.cards[j])[:2])
+        return [c for c, (j, _) in enumerate(self._columns(alignment=alignment)) if j in plane]
+
+    def _columns(self, *, alignment: bool) -> list[tuple[int, np.ndarray]]:
+        """The columns of :meth:`features`, in order: each one's parameter position and
+        that parameter's values' levels in [0, 1]. One place for the layout, so that
+        :meth:`plane_columns` cannot drift from :meth:`features`."""
+        columns = [
+            (j, np.arange(card) / (card - 1)) for j, card in enumerate(self.cards.tolist())
+            if card > 1
+        ]
         if alignment:
-            for extra, (j, _) in enumerate(self._alignment_levels()):
-                if j in plane:
-                    columns.append(len(multi) + extra)
-        return sorted(columns)
+            columns += self._alignment_levels()
+        return columns
 
     def _alignment_levels(self) -> list[tuple[int, np.ndarray]]:
         """The parameters that get an alignment feature (:meth:`features`), in column

@@ -89,6 +89,8 @@ def test_alignment_feature_is_the_power_of_two_dividing_each_value() -> None:
     assert plain.shape == (len(index), 3)
     assert aligned.shape == (len(index), 4)
     np.testing.assert_array_equal(aligned[:, :3], plain)
+    # Column-major, as they were first built: the GP's sums round in memory order.
+    assert plain.flags.f_contiguous and aligned.flags.f_contiguous
     # 16 = 2^4, 32 = 2^5, 48 = 3 * 2^4, 64 = 2^6, 96 = 3 * 2^5: exponents 4 5 4 6 5 -> [0, 1]
     expected = {16: 0.0, 32: 0.5, 48: 0.0, 64: 1.0, 96: 0.5}
     for row in range(len(index)):
@@ -113,6 +115,15 @@ def test_the_plane_is_the_columns_of_the_two_parameters_with_most_values() -> No
     assert index.features(alignment=True).shape[1] == 7
     assert index.plane_columns() == [1, 2]
     assert index.plane_columns(alignment=True) == [1, 2, 4, 5]
+    # Each plane column is a function of bx and tile alone; every other column is not.
+    features = index.features(alignment=True)
+    for column in range(features.shape[1]):
+        seen: dict[tuple[int, int], set[float]] = {}
+        for row in range(len(index)):
+            config = index.config(row)
+            seen.setdefault((config["bx"], config["tile"]), set()).add(features[row, column])
+        on_plane = all(len(values) == 1 for values in seen.values())
+        assert on_plane == (column in index.plane_columns(alignment=True)), column
     # With no more than two parameters of several values the plane is nearly all there
     # is: no term.
     two = SpaceIndex(SearchSpace(params=(Param("a", (1, 2, 3)), Param("b", (1, 2)),
