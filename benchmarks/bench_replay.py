@@ -25,6 +25,15 @@ issue 14 (``unmet_goals``) and the goals met only within the seeds' noise
 (``fragile_goals``), each with a 95 % bootstrap interval of its margin over the seeds;
 ``--out`` then holds ``{"runs": [...], "leave_one_out": {...}, "unmet_goals": [...],
 "fragile_goals": [...]}``, and every cell of ``runs`` its seeds' fractions.
+
+``--from RUNS.json,...`` runs nothing: it reads the runs of earlier ``--out`` files (of
+either form) and, with ``--leave-one-out``, applies the rule and the goal checks to their
+union, so that groups of files measured with different seed counts, or candidates added
+later on the same seeds, are judged together (``--samplers``, when given, keeps only
+those candidates; peers stay):
+
+    python benchmarks/bench_replay.py --leave-one-out \
+        --from /tmp/conv500.json,/tmp/rest300.json --samplers gp-ei-margin,gp-ei-margin-plane10
 """
 
 from __future__ import annotations
@@ -997,7 +1006,7 @@ def synthetic_files(directory: Path, *, count: int, start: int) -> list[Path]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--files", default="", help="comma-separated T4 files (default: shared)")
-    parser.add_argument("--samplers", default="auto,random")
+    parser.add_argument("--samplers", default=None, help="candidates (default: auto,random)")
     parser.add_argument("--peers", default="",
                         help="strategies reported beside the chosen one, never chosen "
                         "(kt-<strategy>, tpe, optuna-gp, ...)")
@@ -1016,7 +1025,18 @@ def main() -> int:
     parser.add_argument("--out", type=Path)
     parser.add_argument("--leave-one-out", action="store_true",
                         help="choose among --samplers on the other files, report the held-out one")
+    parser.add_argument("--from", dest="stored", default="",
+                        help="comma-separated --out files whose runs to judge instead of running")
     args = parser.parse_args()
+    if args.stored:
+        try:
+            rows = stored_runs([Path(f) for f in args.stored.split(",") if f],
+                               candidates=args.samplers.split(",") if args.samplers else None)
+        except (OSError, ValueError) as exc:
+            print(f"--from: {exc}", file=sys.stderr)
+            return 2
+        return _judge(rows, args) if args.leave_one_out else 0
+    args.samplers = args.samplers or "auto,random"
 
     files = [Path(f) for f in args.files.split(",") if f]
     if not files and not args.no_shared:
@@ -1074,7 +1094,12 @@ def main() -> int:
         if args.out:
             args.out.write_text(json.dumps(rows, indent=1))
         return 0
-    if len(files) < 2:
+    return _judge(rows, args)
+
+
+def _judge(rows: list[dict[str, object]], args: argparse.Namespace) -> int:
+    """The leave-one-out table and goal checks of ``rows``; ``--out`` gets all of it."""
+    if len({str(row["file"]) for row in rows}) < 2:
         print("--leave-one-out needs at least two files", file=sys.stderr)
         return 2
     loo = leave_one_out(rows)
@@ -1094,6 +1119,47 @@ def main() -> int:
                                         "unmet_goals": unmet, "fragile_goals": fragile},
                                        indent=1))
     return 0
+
+
+def stored_runs(paths: Sequence[Path], *, candidates: Sequence[str] | None = None,
+                ) -> list[dict[str, object]]:
+    """The runs of earlier ``--out`` files, as ``main`` records them.
+
+    Args:
+        paths: ``--out`` files: a list of runs, or ``{"runs": [...], ...}``.
+        candidates: Keep only these candidates (every peer stays); ``None``: all.
+
+    Raises:
+        ValueError: naming the file when one holds no runs, when two hold the same
+            (file, strategy) pair, or when a kept candidate lacks a file that others
+            have: the rule compares candidates on the same files only.
+    """
+    rows: list[dict[str, object]] = []
+    where: dict[tuple[str, str], Path] = {}
+    for path in paths:
+        data = json.loads(path.read_text())
+        runs = data.get("runs") if isinstance(data, dict) else data
+        if not isinstance(runs, list) or not runs:
+            raise ValueError(f"{path} holds no runs of bench_replay.py --out")
+        for row in runs:
+            key = (str(row["file"]), str(row["sampler"]))
+            if key in where:
+                raise ValueError(f"{key[1]} on {key[0]} is in both {where[key]} and {path}")
+            where[key] = path
+            if (candidates is None or row.get("role", "candidate") == "peer"
+                    or row["sampler"] in candidates):
+                rows.append(row)
+    files = {str(row["file"]) for row in rows}
+    kept = candidates if candidates is not None else sorted(
+        {str(r["sampler"]) for r in rows if r.get("role", "candidate") == "candidate"})
+    for name in kept:
+        missing = sorted(files - {str(r["file"]) for r in rows if r["sampler"] == name})
+        if missing:
+            raise ValueError(f"{name} has no run on {', '.join(missing)}")
+    if candidates is not None:  # the order given is the order ties go by
+        rank = {name: i for i, name in enumerate(candidates)}
+        rows.sort(key=lambda r: rank.get(str(r["sampler"]), len(rank)))
+    return rows
 
 
 #: Candidates named ``kt-<strategy>`` are Kernel Tuner's strategies (benchmarks/kt_peers.py).
@@ -1159,7 +1225,9 @@ def leave_one_out(rows: list[dict[str, object]]) -> dict[str, object]:
         runs.setdefault(str(row["file"]), {})[str(row["sampler"])] = row
     files = list(runs)
     candidates = [n for n, r in runs[files[0]].items() if r.get("role", "candidate") == "candidate"]
-    peers = [n for n, r in runs[files[0]].items() if r.get("role") == "peer"]
+    # Peers may have run on some files only (stored runs merged by --from).
+    peers = list(dict.fromkeys(n for f in files for n, r in runs[f].items()
+                               if r.get("role") == "peer"))
     held_out = []
     for held in files:
         others = [f for f in files if f != held]
@@ -1171,7 +1239,7 @@ def leave_one_out(rows: list[dict[str, object]]) -> dict[str, object]:
         held_out.append({
             "file": held, "chosen": chosen, "scores_on_others": scores,
             "repeats": run["repeats"], "results": run["results"],
-            "peers": {p: runs[held][p]["results"] for p in peers},
+            "peers": {p: runs[held][p]["results"] for p in peers if p in runs[held]},
         })
     worst = []
     for i, result in enumerate(held_out[0]["results"]):  # type: ignore[arg-type]
@@ -1219,9 +1287,11 @@ def peers_table(loo: dict[str, object]) -> str:
              "|---|---|---|" + "---|" * (len(peers) + 1)]
     for h in held_out:
         for i, ours in enumerate(h["results"]):
-            values = [h["peers"][p][i]["median_fraction"] for p in peers]
-            best = max(values)
-            cells = [f"**{v:.3f}**" if v == best and v > ours["median_fraction"] else f"{v:.3f}"
+            values = [h["peers"][p][i]["median_fraction"] if p in h["peers"] else None
+                      for p in peers]
+            best = max((v for v in values if v is not None), default=None)
+            cells = ["-" if v is None else f"**{v:.3f}**"
+                     if v == best and v > ours["median_fraction"] else f"{v:.3f}"
                      for v in values]
             lines.append(f"| {h['file']} | {ours['budget']} | {ours['median_fraction']:.3f} | "
                          + " | ".join(cells) + f" | {ours['random_median_fraction']:.3f} |")

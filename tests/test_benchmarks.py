@@ -8,6 +8,7 @@ import functools
 import importlib
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -603,6 +604,70 @@ def test_leave_one_out_reports_peers_beside_and_never_chooses_them(tmp_path: Pat
         at = run["median95_at"]
         assert at is None or 1 <= at <= 20
         assert f"median95@{at or '-'} " in done.stdout
+
+
+def _bench_replay(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "benchmarks/bench_replay.py", *args], cwd=ROOT,
+                          capture_output=True, text=True, timeout=600, check=False)
+
+
+def test_stored_runs_judged_together_give_what_one_run_gives(tmp_path: Path) -> None:
+    """Files measured apart (``--out``), then judged with ``--from``: the same rule,
+    table and goals as when measured in one ``--leave-one-out`` run."""
+    common = ["--no-shared", "--repeats", "2", "--budget", "20",
+              "--samplers", "random,gp-tr", "--peers", "tpe"]
+    one, a, b, merged = (tmp_path / f"{n}.json" for n in ("one", "a", "b", "merged"))
+    together = _bench_replay("--leave-one-out", "--synthetic", "2", *common, "--out", str(one))
+    assert together.returncode == 0, together.stderr[-3000:]
+    for start, out in (("0", a), ("1", b)):
+        apart = _bench_replay("--synthetic", "1", "--synthetic-start", start, *common,
+                              "--out", str(out))
+        assert apart.returncode == 0, apart.stderr[-3000:]
+    judged = _bench_replay("--leave-one-out", "--from", f"{a},{b}",
+                           "--out", str(merged))
+    assert judged.returncode == 0, judged.stderr[-3000:]
+    expected = json.loads(one.read_text())
+    got = json.loads(merged.read_text())
+    assert got["leave_one_out"] == expected["leave_one_out"]
+    assert (got["unmet_goals"], got["fragile_goals"]) == (
+        expected["unmet_goals"], expected["fragile_goals"])
+    table = together.stdout[together.stdout.index("| held-out file"):]
+    assert judged.stdout == table
+
+    # --samplers keeps those candidates only; the peers stay.
+    only = _bench_replay("--leave-one-out", "--from", f"{a},{b}", "--samplers", "gp-tr",
+                         "--out", str(merged))
+    assert only.returncode == 0, only.stderr[-3000:]
+    loo = json.loads(merged.read_text())["leave_one_out"]
+    assert loo["candidates"] == ["gp-tr"] and loo["peers"] == ["tpe"]
+    assert [h["chosen"] for h in loo["held_out"]] == ["gp-tr", "gp-tr"]
+    ordered = _benchmark("bench_replay").stored_runs([a, b], candidates=["gp-tr", "random"])
+    assert [r["sampler"] for r in ordered if r["file"] == "synthetic0"] == [
+        "gp-tr", "random", "tpe"]  # the order given, which ties go by; peers after
+
+    # A peer run on some files only: the others' cells say so and the rest is judged.
+    rows = json.loads(b.read_text())
+    no_peer = tmp_path / "no_peer.json"
+    no_peer.write_text(json.dumps([r for r in rows if r["sampler"] != "tpe"]))
+    partial = _bench_replay("--leave-one-out", "--from", f"{a},{no_peer}", "--out", str(merged))
+    assert partial.returncode == 0, partial.stderr[-3000:]
+    held = {h["file"]: h for h in json.loads(merged.read_text())["leave_one_out"]["held_out"]}
+    assert set(held["synthetic0"]["peers"]) == {"tpe"} and held["synthetic1"]["peers"] == {}
+    cells = [line for line in partial.stdout.splitlines()
+             if re.match(r"\| synthetic1 \| \d+ \|", line)]
+    assert len(cells) == 2 and all("| - |" in line for line in cells), cells
+
+    # What cannot be judged together is refused with the reason, nothing half-printed.
+    no_gp = tmp_path / "no_gp.json"
+    no_gp.write_text(json.dumps([r for r in rows if r["sampler"] != "gp-tr"]))
+    for stored, reason in (
+        (f"{a},{a}", "is in both"),
+        (f"{a},{no_gp}", "gp-tr has no run on synthetic1"),
+        (f"{tmp_path / 'absent.json'}", "absent.json"),
+    ):
+        refused = _bench_replay("--leave-one-out", "--from", stored)
+        assert refused.returncode == 2 and reason in refused.stderr, refused.stderr
+        assert refused.stdout == ""
 
 
 def test_median_reaches_is_the_first_evaluation_whose_median_is_at_the_level() -> None:
