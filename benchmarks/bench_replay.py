@@ -1035,7 +1035,13 @@ def main() -> int:
         except (OSError, ValueError) as exc:
             print(f"--from: {exc}", file=sys.stderr)
             return 2
-        return _judge(rows, args) if args.leave_one_out else 0
+        if args.leave_one_out:
+            return _judge(rows, args)
+        if not args.out:
+            print("--from needs --leave-one-out, or --out for the merged runs", file=sys.stderr)
+            return 2
+        args.out.write_text(json.dumps(rows, indent=1))
+        return 0
     args.samplers = args.samplers or "auto,random"
 
     files = [Path(f) for f in args.files.split(",") if f]
@@ -1131,8 +1137,9 @@ def stored_runs(paths: Sequence[Path], *, candidates: Sequence[str] | None = Non
 
     Raises:
         ValueError: naming the file when one holds no runs, when two hold the same
-            (file, strategy) pair, or when a kept candidate lacks a file that others
-            have: the rule compares candidates on the same files only.
+            (file, strategy) pair, when the runs report different budgets, or when a
+            kept candidate lacks a file that others have: the rule compares candidates
+            on the same files and budgets only.
     """
     rows: list[dict[str, object]] = []
     where: dict[tuple[str, str], Path] = {}
@@ -1142,6 +1149,8 @@ def stored_runs(paths: Sequence[Path], *, candidates: Sequence[str] | None = Non
         if not isinstance(runs, list) or not runs:
             raise ValueError(f"{path} holds no runs of bench_replay.py --out")
         for row in runs:
+            if not (isinstance(row, dict) and {"file", "sampler", "results"} <= row.keys()):
+                raise ValueError(f"{path} holds no runs of bench_replay.py --out")
             key = (str(row["file"]), str(row["sampler"]))
             if key in where:
                 raise ValueError(f"{key[1]} on {key[0]} is in both {where[key]} and {path}")
@@ -1149,6 +1158,9 @@ def stored_runs(paths: Sequence[Path], *, candidates: Sequence[str] | None = Non
             if (candidates is None or row.get("role", "candidate") == "peer"
                     or row["sampler"] in candidates):
                 rows.append(row)
+    budgets = {tuple(cell["budget"] for cell in row["results"]) for row in rows}
+    if len(budgets) > 1:
+        raise ValueError(f"the runs report different budgets: {sorted(budgets)}")
     files = {str(row["file"]) for row in rows}
     kept = candidates if candidates is not None else sorted(
         {str(r["sampler"]) for r in rows if r.get("role", "candidate") == "candidate"})

@@ -657,17 +657,31 @@ def test_stored_runs_judged_together_give_what_one_run_gives(tmp_path: Path) -> 
              if re.match(r"\| synthetic1 \| \d+ \|", line)]
     assert len(cells) == 2 and all("| - |" in line for line in cells), cells
 
+    # Without --leave-one-out, --from merges into --out.
+    merge = _bench_replay("--from", f"{a},{no_peer}", "--out", str(merged))
+    assert merge.returncode == 0, merge.stderr[-3000:]
+    assert json.loads(merged.read_text()) == json.loads(a.read_text()) + json.loads(
+        no_peer.read_text())
+
     # What cannot be judged together is refused with the reason, nothing half-printed.
     no_gp = tmp_path / "no_gp.json"
     no_gp.write_text(json.dumps([r for r in rows if r["sampler"] != "gp-tr"]))
+    short = tmp_path / "short.json"
+    short.write_text(json.dumps([{**r, "results": r["results"][:1]} for r in rows]))
+    foreign = tmp_path / "foreign.json"
+    foreign.write_text(json.dumps([{"file": "synthetic1"}]))
     for stored, reason in (
         (f"{a},{a}", "is in both"),
         (f"{a},{no_gp}", "gp-tr has no run on synthetic1"),
+        (f"{a},{short}", "different budgets"),
+        (f"{foreign}", "holds no runs of bench_replay.py --out"),
         (f"{tmp_path / 'absent.json'}", "absent.json"),
     ):
         refused = _bench_replay("--leave-one-out", "--from", stored)
         assert refused.returncode == 2 and reason in refused.stderr, refused.stderr
         assert refused.stdout == ""
+    alone = _bench_replay("--from", str(a))
+    assert alone.returncode == 2 and "--from needs --leave-one-out" in alone.stderr
 
 
 def test_median_reaches_is_the_first_evaluation_whose_median_is_at_the_level() -> None:
