@@ -101,7 +101,7 @@ class SpaceIndex:
         GPU kernels usually the block sizes. Empty when no more than two parameters
         have more than one value, where those columns are nearly all there are.
         """
-        multi = [j for j in range(len(self.names)) if self.cards[j] > 1]
+        multi = [j for j, _ in self._columns(alignment=False)]
         if len(multi) <= 2:
             return []
         plane = set(sorted(multi, key=lambda j: -self.cards[j])[:2])
