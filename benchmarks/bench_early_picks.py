@@ -29,8 +29,8 @@ for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
 import numpy as np  # noqa: E402
 import optuna  # noqa: E402
 
-from spectune.autotune import STRATEGIES, SpaceIndex  # noqa: E402
-from spectune.autotune.replay import RecordedSpace, engine_run, load_t4  # noqa: E402
+from spectune.search import STRATEGIES, SpaceIndex  # noqa: E402
+from spectune.search.replay import RecordedSpace, engine_run, load_t4  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_replay import VARIANTS, synthetic_files  # noqa: E402

@@ -5,9 +5,9 @@
 
 For each sampler and each worker count N: a fresh database on the server of ``--pg-url``
 (default: ``SPECTUNE_TEST_PG_URL``; dropped afterwards), its study where a sweep keeps it
-(:func:`~spectune.autotune._storage.studies_beside`: the ``spectune_studies`` schema,
+(:func:`~spectune.search._storage.studies_beside`: the ``spectune_studies`` schema,
 through the retrying storage), and N worker processes running one
-:class:`~spectune.autotune.Search` on it until the study holds ``--trials`` charged
+:class:`~spectune.search.Search` on it until the study holds ``--trials`` charged
 evaluations. The objective replays a recorded tuning space (``--space``, a T4 file): each
 evaluation answers the recorded time and sleeps the recorded compile time plus the
 recorded runs, times ``--scale``, as a real trial would spend them on a GPU.
@@ -78,7 +78,7 @@ def main() -> int:
 
     import optuna
 
-    from spectune.autotune.replay import load_t4
+    from spectune.search.replay import load_t4
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     space = load_t4(args.space)
@@ -139,9 +139,8 @@ def _run(args: argparse.Namespace, *, sampler: str, workers: int) -> dict[str, A
     from sqlalchemy import create_engine
     from sqlalchemy.engine import make_url
 
-    from spectune.autotune import Search
-    from spectune.autotune._storage import studies_beside
-    from spectune.autotune.replay import load_t4
+    from spectune.search import Search, studies_beside
+    from spectune.search.replay import load_t4
 
     base = make_url(args.pg_url)
     name = f"spectune_fleet_{uuid.uuid4().hex[:10]}"
@@ -217,8 +216,8 @@ def _worker(args: argparse.Namespace, *, storage: str, seed: int) -> int:
     """One worker: open the study, say ready, wait for go, search, report as JSON."""
     import optuna
 
-    from spectune.autotune import FAILURE_KINDS, Outcome, Search
-    from spectune.autotune.replay import load_t4
+    from spectune.search import FAILURE_KINDS, Outcome, Search
+    from spectune.search.replay import load_t4
 
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     space = load_t4(args.space)

@@ -52,8 +52,8 @@ for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
 
 import numpy as np  # noqa: E402
 
-from spectune.autotune import STRATEGIES  # noqa: E402
-from spectune.autotune.replay import RecordedSpace, load_t4, replay  # noqa: E402
+from spectune.search import STRATEGIES  # noqa: E402
+from spectune.search.replay import RecordedSpace, load_t4, replay  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_replay import (  # noqa: E402

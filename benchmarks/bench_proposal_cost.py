@@ -29,8 +29,8 @@ from pathlib import Path
 import numpy as np
 import optuna
 
-from spectune.autotune import SpaceIndex, Strategy, _gp, _strategies
-from spectune.autotune.replay import RecordedSpace, StrategyFactory, engine_run, load_t4
+from spectune.search import SpaceIndex, Strategy, _gp, _strategies
+from spectune.search.replay import RecordedSpace, StrategyFactory, engine_run, load_t4
 
 
 class _Unlimited(_gp.GaussianProcess):

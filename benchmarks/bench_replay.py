@@ -54,13 +54,13 @@ for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
 
 import numpy as np  # noqa: E402
 
-from spectune.autotune import STRATEGIES, SpaceIndex  # noqa: E402
-from spectune.autotune._gp import (  # noqa: E402
+from spectune.search import STRATEGIES, SpaceIndex  # noqa: E402
+from spectune.search._gp import (  # noqa: E402
     TYPICAL_NOISE,
     GaussianProcess,
     expected_improvement,
 )
-from spectune.autotune._strategies import (  # noqa: E402
+from spectune.search._strategies import (  # noqa: E402
     SWITCH_TURN_EVERY,
     GPStrategy,
     InterleavedStrategy,
@@ -69,8 +69,8 @@ from spectune.autotune._strategies import (  # noqa: E402
     _switch_settings,
     _tpe,
 )
-from spectune.autotune._strategy import History, ProposalContext  # noqa: E402
-from spectune.autotune.replay import (  # noqa: E402
+from spectune.search._strategy import History, ProposalContext  # noqa: E402
+from spectune.search.replay import (  # noqa: E402
     ReplayReport,
     SyntheticSpec,
     load_t4,

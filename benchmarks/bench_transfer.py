@@ -5,7 +5,7 @@
 For each (target, prior) pair of recorded spaces, the engine (``auto``) is replayed on
 the target with the same seeds three ways: without a prior; with the prior's five
 fastest configurations the target holds evaluated first (``warm_start``, how
-``--prior`` worked before :class:`~spectune.autotune.TransferStrategy`); and through
+``--prior`` worked before :class:`~spectune.search.TransferStrategy`); and through
 ``TransferStrategy`` (the prior on alternate turns, dropped after two misses), which
 ``spectune replay --prior`` and ``spectune sweep`` now use. Two priors that mislead on
 purpose bound the cost: the target's own five slowest correct configurations
@@ -41,14 +41,14 @@ import numpy as np  # noqa: E402
 import optuna  # noqa: E402
 from optuna.trial import FrozenTrial, TrialState  # noqa: E402
 
-from spectune.autotune import (  # noqa: E402
+from spectune.search import (  # noqa: E402
     STRATEGIES,
     History,
     ProposalContext,
     Strategy,
     TransferStrategy,
 )
-from spectune.autotune.replay import (  # noqa: E402
+from spectune.search.replay import (  # noqa: E402
     RecordedSpace,
     ReplayReport,
     load_t4,

@@ -2,7 +2,7 @@
 
 Benchmark-only (``pip install 'spectune[bench]'``): Kernel Tuner 1.5 runs in its
 simulation mode, answering every configuration from a cache file written here from the
-T4 file. Everything else is as in :func:`spectune.autotune.replay.replay`: the same
+T4 file. Everything else is as in :func:`spectune.search.replay.replay`: the same
 space (every recorded configuration, failures included), the same seeds, the same score
 (best recorded time over the recorded mean of the configuration held as best), and the
 same random-search baseline.
@@ -40,9 +40,9 @@ from typing import Any
 
 import numpy as np
 
-from spectune.autotune.replay import RecordedSpace
-from spectune.autotune.replay._runs import random_run
-from spectune.autotune.replay._scores import ReplayReport, budget_results, fraction_curve
+from spectune.search.replay import RecordedSpace
+from spectune.search.replay._runs import random_run
+from spectune.search.replay._scores import ReplayReport, budget_results, fraction_curve
 
 __all__ = ["KT_STRATEGIES", "kt_replay", "write_kt_cache"]
 
@@ -153,7 +153,7 @@ def kt_replay(
     space: RecordedSpace, *, strategy: str, budget: int, repeats: int, seed: int = 0,
     workers: int = 1,
 ) -> ReplayReport:
-    """Kernel Tuner's ``strategy`` replayed like :func:`~spectune.autotune.replay.replay`.
+    """Kernel Tuner's ``strategy`` replayed like :func:`~spectune.search.replay.replay`.
 
     Args:
         space: The recorded space.

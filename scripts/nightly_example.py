@@ -6,7 +6,7 @@ A throwaway database gets rows planted the way a fleet's go wrong (one of an old
 Triton, one measured under another torch, one whose "tuned" config is the default, one
 recorded impossibly fast, one that no longer gives the exact result) beside a missing
 shape; ``spectune nightly`` then runs two nights on the test suite's toy kernel family
-(integer row sums: tests/autotune/toy_family.py) under the Triton interpreter. The second
+(integer row sums: tests/tuning/toy_family.py) under the Triton interpreter. The second
 night's report folder, and the first night's, are copied to OUT. Timings are CPU
 interpreter wall time, not GPU figures.
 """
@@ -28,12 +28,12 @@ def main() -> int:
     import os
 
     from spectune.kernels import FAMILIES
-    from tests.autotune.toy_family import ToySumFamily
+    from tests.tuning.toy_family import ToySumFamily
 
     FAMILIES["toy_sum"] = ToySumFamily()
     from spectune.db import open_store
     from spectune.promotion import Timing
-    from tests.autotune import test_nightly as planted
+    from tests.tuning import test_nightly as planted
 
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)

@@ -3,7 +3,9 @@
 The table of parts in ``docs/architecture.md`` says which part may import which (and which
 third-party packages); this test reads it, walks every import of every module under
 ``spectune/`` (at module level, inside functions, under ``TYPE_CHECKING``), and fails on an
-import the table does not allow, an import cycle, a module that belongs to no part, two
+import the table does not allow, an import of another part's private module (a dotted path
+with a component starting with ``_``: parts talk through each other's public packages), an
+import cycle, a module that belongs to no part, two
 modules of the same name, or two public classes of the same name. The planted tests copy
 the tree, break one rule each, and require the checker to name the break.
 """
@@ -164,6 +166,10 @@ def check(root: Path) -> list[str]:
             if target is not part and target.name not in part.spectune:
                 problems.append(f"{where}: part {part.name!r} imports {imp.target} (part "
                                 f"{target.name!r}), which {DOC} does not allow")
+            elif target is not part and _is_private(imp.target):
+                problems.append(f"{where}: part {part.name!r} imports {imp.target}, a private "
+                                f"module of part {target.name!r}; import what it exports "
+                                "from its package instead")
         elif top not in sys.stdlib_module_names:
             if top not in part.third_party:
                 problems.append(f"{where}: part {part.name!r} imports {top}, which {DOC} "
@@ -173,7 +179,12 @@ def check(root: Path) -> list[str]:
                                 f"{DOC} allows it only inside functions")
     problems += [f"import cycle: {' -> '.join(cycle)}" for cycle in _cycles(graph)]
     problems += _duplicate_names(root, modules)
-    return problems
+    return list(dict.fromkeys(problems))  # ``from x import a, b`` is one break, not two
+
+
+def _is_private(module: str) -> bool:
+    """Whether a dotted module path passes through a private module or package."""
+    return any(piece.startswith("_") for piece in module.split(".")[1:])
 
 
 def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
@@ -236,7 +247,10 @@ def _duplicate_names(root: Path, modules: dict[str, Path]) -> list[str]:
 
 def test_the_table_names_every_part() -> None:
     parts = read_parts(ROOT / DOC)
-    assert [p.name for p in parts] == ["ground floor", "kernels", "db", "autotune", "vllm", "cli"]
+    assert [p.name for p in parts] == [
+        "ground floor", "kernels", "db", "search", "tuning", "vllm", "cli"]
+    search = next(p for p in parts if p.name == "search")
+    assert search.spectune == {"ground floor", "db"}  # the engine knows nothing of kernels
     vllm = next(p for p in parts if p.name == "vllm")
     assert vllm.spectune == {"ground floor", "kernels", "db"}
     assert "optuna" not in vllm.third_party and "vllm" in vllm.third_party
@@ -278,13 +292,38 @@ def test_planted_tuner_import_in_the_plugin_is_named(tree: Path) -> None:
 
 def test_planted_part_to_part_import_is_named(tree: Path) -> None:
     _append(tree / "spectune/kernels/_family.py",
-            "\nif TYPE_CHECKING:\n    from spectune.autotune import search  # noqa\n")
+            "\nif TYPE_CHECKING:\n    from spectune.tuning import sweep  # noqa\n")
     problems = check(tree)
-    assert "part 'kernels' imports spectune.autotune (part 'autotune')" in problems[0]
-    # The package spectune.autotune reaches the kernels (its IsolatedRunner's worker runs
-    # their trials): the planted edge also closes a cycle, named through the planted module.
-    assert all(p.startswith("import cycle:") and "spectune.kernels._family" in p
-               for p in problems[1:])
+    assert "part 'kernels' imports spectune.tuning.sweep (part 'tuning')" in problems[0]
+    # The tuning part reaches the kernels (its sweeps launch them): the planted edge also
+    # closes a cycle, named through the planted module.
+    assert problems[1:] and all(
+        p.startswith("import cycle:") and "spectune.kernels._family" in p for p in problems[1:])
+
+
+def test_planted_private_import_across_parts_is_named(tree: Path) -> None:
+    # The plugin may import the database part, but only what its package exports.
+    _append(tree / "spectune/vllm/_settings.py",
+            "\n\ndef _bad() -> None:\n    from spectune.db._row import utc_now  # noqa\n")
+    line = _last_line(tree / "spectune/vllm/_settings.py")
+    assert check(tree) == [
+        f"spectune/vllm/_settings.py:{line}: part 'vllm' imports spectune.db._row, a private "
+        "module of part 'db'; import what it exports from its package instead"
+    ]
+
+
+def test_planted_private_import_through_a_package_is_named(tree: Path) -> None:
+    # ``from package import _module`` reaches the private module all the same.
+    _append(tree / "spectune/cli/db.py", "\nfrom spectune.search import _gp  # noqa\n")
+    problems = check(tree)
+    assert len(problems) == 1
+    assert "part 'cli' imports spectune.search._gp, a private module of part 'search'" in (
+        problems[0])
+
+
+def test_a_private_module_of_the_own_part_is_allowed(tree: Path) -> None:
+    _append(tree / "spectune/db/errors.py", "\nfrom spectune.db import _row  # noqa\n")
+    assert check(tree) == []
 
 
 def test_planted_module_level_import_in_the_ground_floor_is_named(tree: Path) -> None:
@@ -309,7 +348,7 @@ def test_planted_unknown_module_and_orphan_are_named(tree: Path) -> None:
 def test_planted_duplicate_names_are_named(tree: Path) -> None:
     (tree / "spectune/db/_strategies.py").write_text("class SearchSpace:\n    pass\n")
     problems = check(tree)
-    assert any(p.startswith("modules of the same name: ") and "autotune/_strategies.py" in p
+    assert any(p.startswith("modules of the same name: ") and "search/_strategies.py" in p
                and "db/_strategies.py" in p for p in problems), problems
     assert any(p.startswith("public classes named SearchSpace in: ") for p in problems)
 

@@ -86,7 +86,7 @@ def test_kernel_tuner_peers_replay_the_same_space_and_seeds(tmp_path: Path) -> N
     if not os.environ.get("CI"):  # scripts/test.sh installs it: in CI a skip would hide rot
         pytest.importorskip("kernel_tuner", reason="the bench extra: pip install '.[bench]'")
     kt_replay = _benchmark("kt_peers").kt_replay
-    from spectune.autotune.replay import SyntheticSpec, load_t4, replay, write_synthetic
+    from spectune.search.replay import SyntheticSpec, load_t4, replay, write_synthetic
 
     spec = SyntheticSpec(tiles=2, knobs=1, switches=0, interactions=1, roughness=0.1,
                          fail_fraction=0.2, max_configs=60)
@@ -108,8 +108,8 @@ def test_every_replay_variant_searches_a_generated_space(tmp_path: Path) -> None
     """The variants docs/replay.md reports figures of still build and propose (to 40
     evaluations: past the lines and the switch turns of the gp-ei family)."""
     variants = _benchmark("bench_replay").VARIANTS
-    from spectune.autotune import SpaceIndex
-    from spectune.autotune.replay import engine_run, load_t4, write_synthetic
+    from spectune.search import SpaceIndex
+    from spectune.search.replay import engine_run, load_t4, write_synthetic
 
     recorded = load_t4(write_synthetic(tmp_path / "s.json.gz", seed=3))
     index = SpaceIndex(recorded.space)
@@ -123,7 +123,7 @@ def test_every_replay_variant_searches_a_generated_space(tmp_path: Path) -> None
 
 def _small_context(rows: list[int], times: list[float]) -> tuple[object, list[tuple[int, ...]]]:
     """A proposal context on a 5 x 3 space with two switches, after ``rows``."""
-    from spectune.autotune import History, ProposalContext, SpaceIndex
+    from spectune.search import History, ProposalContext, SpaceIndex
     from spectune.space import Param, SearchSpace
 
     index = SpaceIndex(SearchSpace(params=(Param("a", (1, 2, 3, 4, 5)), Param("b", (1, 2, 3)),
@@ -177,7 +177,7 @@ def test_early_variants_change_only_the_five_proposals_before_ten_evaluations(
     """Model proposals 1-5 (evaluations 6-10) as the variant names them, each over the
     whole space; from the tenth evaluation on, expected improvement in the trust region,
     as ``auto``."""
-    from tests.autotune.conftest import spy_gp_acquisitions
+    from tests.tuning.conftest import spy_gp_acquisitions
 
     calls = spy_gp_acquisitions(monkeypatch)
     strategy = _benchmark("bench_replay").VARIANTS[variant](0)
@@ -208,8 +208,8 @@ def test_blind_proposals_follow_a_model_of_the_other_parameters_and_draw_the_swi
     when the variant was written), random generator for random generator."""
     import dataclasses
 
-    from spectune.autotune import STRATEGIES, SpaceIndex
-    from spectune.autotune._gp import GaussianProcess, expected_improvement
+    from spectune.search import STRATEGIES, SpaceIndex
+    from spectune.search._gp import GaussianProcess, expected_improvement
     from spectune.space import Param, SearchSpace
 
     variants = _benchmark("bench_replay").VARIANTS
@@ -246,11 +246,11 @@ def test_blind_proposals_follow_a_model_of_the_other_parameters_and_draw_the_swi
 def test_margin_variants_are_gp_ei_margin_with_its_margin_set() -> None:
     """``-margin6`` is ``gp-ei-margin`` (measured under that name) and ``-margin4``
     differs from it in the margin alone (what a margin does:
-    tests/autotune/test_strategies.py); ``gp-ei-margin-plane10`` is ``auto``
+    tests/search/test_strategies.py); ``gp-ei-margin-plane10`` is ``auto``
     (``gp-ei-plane``, measured under that name), ``gp-ei-margin`` with the plane's
     kernel term from 10 evaluations on, and ``gp-ei-margin-plane`` has the term from
     the start."""
-    from spectune.autotune import STRATEGIES
+    from spectune.search import STRATEGIES
 
     variants = _benchmark("bench_replay").VARIANTS
     margin = STRATEGIES["gp-ei-margin"](0)
@@ -401,7 +401,7 @@ def test_late_plane_proposes_with_the_plain_model_before_ten_evaluations() -> No
     while fewer than 10 evaluations are in, so its proposals there are
     ``gp-ei-margin``'s; from 10 on the model with the term over the two parameters with
     most values."""
-    from spectune.autotune import STRATEGIES
+    from spectune.search import STRATEGIES
 
     times = [5.0, 3.0, 7.0, 2.0, 6.0, 4.0, 8.0]
     rows = [0, 11, 23, 35, 47, 52, 58]
@@ -469,7 +469,7 @@ def test_rough_everywhere_draws_in_the_trust_region_while_the_fit_is_rough() -> 
     """``gp-ei-margin-rough-all``: from ``global_until`` (10) on, a Thompson draw whenever
     the fitted noise exceeds ``rough_lines``, before the lines too; ``auto`` draws
     only on the lines."""
-    from spectune.autotune import STRATEGIES
+    from spectune.search import STRATEGIES
 
     variants = _benchmark("bench_replay").VARIANTS
     ctx = _late_history(3)  # in the trust region: 3 evaluations since the best
@@ -491,7 +491,7 @@ def test_alignment_of_keeps_the_alignment_features_of_block_sizes_only() -> None
     """``gp-ei-margin-al8`` / ``-al-none``: the alignment columns of the parameters whose
     values are all multiples of 8 (block sizes) are kept, those of small factors (tiles)
     dropped; with no granule the features are the ordinal ones alone."""
-    from spectune.autotune import SpaceIndex
+    from spectune.search import SpaceIndex
     from spectune.space import Param, SearchSpace
 
     bench = _benchmark("bench_replay")
@@ -518,7 +518,7 @@ def test_alignment_of_keeps_the_alignment_features_of_block_sizes_only() -> None
 def test_keep_switches_holds_the_region_to_the_best_switch_setting(variant: str) -> None:
     """``gp-ei-margin-ks-tr``: the trust region holds only the best's switch setting, the
     lines do not; ``-ks-all``: both do. ``auto``'s region, less the other settings."""
-    from spectune.autotune import STRATEGIES
+    from spectune.search import STRATEGIES
 
     strategy, auto = _benchmark("bench_replay").VARIANTS[variant](0), STRATEGIES["auto"](0)
     for since, held in [(3, True), (20, variant.endswith("all"))]:
@@ -541,7 +541,7 @@ def test_plane_turns_choose_in_the_best_plane_of_the_two_largest_parameters(ever
     the best chooses among the unseen configurations that keep the best's values of all
     but the two parameters with most values (``a``, ``b``); ``-pl<every>d`` draws there
     while the fit is rough. Not on the lines."""
-    from spectune.autotune import STRATEGIES
+    from spectune.search import STRATEGIES
 
     variants = _benchmark("bench_replay").VARIANTS
     auto = STRATEGIES["auto"](0)
@@ -701,7 +701,7 @@ def test_median_reaches_is_the_first_evaluation_whose_median_is_at_the_level() -
 def test_proposal_cost_benchmark_times_its_variants_on_the_same_seeds(
     tmp_path: Path,
 ) -> None:
-    from spectune.autotune.replay import write_synthetic
+    from spectune.search.replay import write_synthetic
 
     space = write_synthetic(tmp_path / "s.json.gz", seed=3)
     done = subprocess.run(
@@ -730,8 +730,8 @@ def test_early_picks_benchmark_gives_every_strategy_the_same_random_start(
     tmp_path: Path,
 ) -> None:
     picks = _benchmark("bench_early_picks").picks
-    from spectune.autotune import SpaceIndex
-    from spectune.autotune.replay import load_t4, write_synthetic
+    from spectune.search import SpaceIndex
+    from spectune.search.replay import load_t4, write_synthetic
 
     space = write_synthetic(tmp_path / "s.json.gz", seed=4)
     recorded = load_t4(space)
@@ -776,7 +776,7 @@ def test_methodology_score_is_one_at_the_optimum_and_below_zero_at_the_slowest(
     and a curve between the two lies between; failures before the first success are
     left out of the median as the package leaves them out."""
     m = _methodology()
-    from spectune.autotune.replay import load_t4, write_synthetic
+    from spectune.search.replay import load_t4, write_synthetic
 
     path = write_synthetic(tmp_path / "s_T4.json.gz", seed=5)
     space = load_t4(path)
@@ -934,7 +934,7 @@ def test_replay_benchmark_seed_gives_another_seed_set_for_engine_and_peers(
     seed=1)`` derives, not those of the default base 0."""
     if not os.environ.get("CI"):  # scripts/test.sh installs it: in CI a skip would hide rot
         pytest.importorskip("kernel_tuner", reason="the bench extra: pip install '.[bench]'")
-    from spectune.autotune.replay import load_t4, replay, write_synthetic
+    from spectune.search.replay import load_t4, replay, write_synthetic
 
     path = write_synthetic(tmp_path / "synthetic3.json.gz", seed=3)
     curves = {}
@@ -963,7 +963,7 @@ def test_transfer_variant_keeps_the_prior_out_of_the_base_strategys_history(
     """``bench_transfer.py --base-sees own``: the base strategy proposes on its own
     evaluations only, while the prior still takes its alternate turns first."""
     bench = _benchmark("bench_transfer")
-    from spectune.autotune import Strategy
+    from spectune.search import Strategy
 
     seen: list[list[int]] = []
 
@@ -980,8 +980,8 @@ def test_transfer_variant_keeps_the_prior_out_of_the_base_strategys_history(
     bench.OwnEvaluations(Recorder(), prior=prior).propose(ctx)
     assert seen == [[0, 14, 28]]
 
-    from spectune.autotune import SpaceIndex
-    from spectune.autotune.replay import engine_run, load_t4, prior_configs, write_synthetic
+    from spectune.search import SpaceIndex
+    from spectune.search.replay import engine_run, load_t4, prior_configs, write_synthetic
 
     target = load_t4(write_synthetic(tmp_path / "t.json.gz", seed=3))
     configs = prior_configs(load_t4(write_synthetic(tmp_path / "p.json.gz", seed=4)), target)
@@ -1020,7 +1020,7 @@ def test_transfer_gain_interval_is_paired_over_the_same_seeds() -> None:
 
 
 def test_transfer_benchmark_prints_each_gain_with_its_interval(tmp_path: Path) -> None:
-    from spectune.autotune.replay import write_synthetic
+    from spectune.search.replay import write_synthetic
 
     write_synthetic(tmp_path / "target_T4.json.gz", seed=3)
     write_synthetic(tmp_path / "other_T4.json.gz", seed=4)

@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from spectune.autotune.nightly import NightReport, Work
     from spectune.db._night_history import NightlyResult
+    from spectune.tuning.nightly import NightReport, Work
 
 __all__ = ["report_json", "shape_label", "write_report"]
 

@@ -68,4 +68,4 @@ class LazyChoice(click.Choice):
 
 def strategy_names(*, command: str) -> list[str]:
     """The ``--sampler`` choices of ``spectune COMMAND``: the strategy registry's names."""
-    return sorted(import_tuner("spectune.autotune", command=command).STRATEGIES)
+    return sorted(import_tuner("spectune.search", command=command).STRATEGIES)

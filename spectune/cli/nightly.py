@@ -19,8 +19,8 @@ import click
 from spectune.cli._tuner import import_tuner
 
 if TYPE_CHECKING:
-    from spectune.autotune._job import NightlyJob
-    from spectune.autotune.nightly import NightReport
+    from spectune.tuning import NightlyJob
+    from spectune.tuning.nightly import NightReport
 
 __all__ = ["nightly"]
 
@@ -60,8 +60,8 @@ def nightly(job_file: str, databases: tuple[str, ...], budget: str | None,
     (including a bad job file).
     """
     optuna = import_tuner("optuna", command="nightly")
-    import_tuner("spectune.autotune.nightly", command="nightly")
-    from spectune.autotune._job import JobError, load_job, parse_duration
+    import_tuner("spectune.tuning.nightly", command="nightly")
+    from spectune.tuning import JobError, load_job, parse_duration
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     try:
@@ -131,10 +131,10 @@ def _console() -> Any:
 def _dry_run(job: NightlyJob, *, shard: tuple[int, int], as_json: bool) -> None:
     import json
 
-    from spectune.autotune.nightly import plan_night
     from spectune.cli._nightly_report import shape_label
     from spectune.db import DatabaseError, open_store
     from spectune.db._locations import parse_target
+    from spectune.tuning.nightly import plan_night
 
     device, software, driver = _environment()
     console = _console()
@@ -173,12 +173,12 @@ def _night(job: NightlyJob, *, shard: tuple[int, int], isolate: bool | None,
     import json
     import time
 
-    from spectune.autotune.nightly import NightInterrupted, NightReport, run_night
     from spectune.cli._nightly_report import report_json, shape_label, write_report
     from spectune.db import DatabaseError, open_store
     from spectune.db._night_history import night_results
     from spectune.identity import CPU_BACKEND
     from spectune.messages import one_line
+    from spectune.tuning.nightly import NightInterrupted, NightReport, run_night
 
     device, software, driver = _environment()
     console = _console()
@@ -249,6 +249,6 @@ def _safe(name: str) -> str:
 
 
 def _studies_for(database: str) -> str:
-    from spectune.autotune.sweep import default_storage
+    from spectune.tuning.sweep import default_storage
 
     return default_storage(database)

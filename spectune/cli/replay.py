@@ -15,7 +15,7 @@ from spectune.cli._tuner import LazyChoice, import_tuner, strategy_names
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from spectune.autotune.replay import ReplayReport
+    from spectune.search.replay import ReplayReport
 
 __all__ = ["replay"]
 
@@ -109,7 +109,7 @@ def replay(
     found), beside random search on the same budgets.
     """
     _one_blas_thread()
-    replay_module = import_tuner("spectune.autotune.replay", command="replay")
+    replay_module = import_tuner("spectune.search.replay", command="replay")
     run_replay = replay_module.replay
     if plot is not None:
         import_tuner("matplotlib", command="replay")
@@ -188,7 +188,7 @@ def _load(replay_module: Any, path: Path) -> Any:
 
 def _bad_data(path: Path, exc: Exception) -> click.ClickException:
     """The one-line error (exit code 1) for a file the replay cannot use."""
-    from spectune.autotune.replay._t4 import T4FileError
+    from spectune.search.replay import T4FileError
 
     if isinstance(exc, T4FileError):
         return click.ClickException(str(exc))  # already "FILE: WHERE: PROBLEM"

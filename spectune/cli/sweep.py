@@ -22,9 +22,9 @@ from spectune.space import DTYPES
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from spectune.autotune.problems import SweepItem
-    from spectune.autotune.sweep import SweepOptions, SweepResult
     from spectune.kernels import KernelFamily
+    from spectune.tuning.problems import SweepItem
+    from spectune.tuning.sweep import SweepOptions, SweepResult
 
 __all__ = ["sweep"]
 
@@ -109,16 +109,16 @@ def sweep(
     --json prints the results as JSON instead.
     """
     optuna = import_tuner("optuna", command="sweep")
-    import_tuner("spectune.autotune.sweep", command="sweep")
+    import_tuner("spectune.tuning.sweep", command="sweep")
     from rich.console import Console
 
-    from spectune.autotune._isolated import WorkerStartError
-    from spectune.autotune._storage import StorageUnavailableError, display_storage
-    from spectune.autotune.problems import as_looked_up, sweep_items
-    from spectune.autotune.sweep import MAX_SEED, SweepOptions, default_storage, max_workers
     from spectune.db import DatabaseError, batch_bucket
     from spectune.identity import detect_device
     from spectune.kernels import get_family
+    from spectune.search import StorageUnavailableError, display_storage
+    from spectune.tuning import WorkerStartError
+    from spectune.tuning.problems import as_looked_up, sweep_items
+    from spectune.tuning.sweep import MAX_SEED, SweepOptions, default_storage, max_workers
 
     # The progress bars say what Optuna's per-trial INFO lines would.
     optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -216,8 +216,8 @@ def _bounded_ints(
         click.BadParameter: naming ``option`` and the limit, for a number past it or a
             text that is no list of positive numbers.
     """
-    from spectune.autotune.problems import parse_int_list
     from spectune.kernels._family import declared_limits
+    from spectune.tuning.problems import parse_int_list
 
     limits = [(getattr(lim, dimension), name) for name, family in families.items()
               if (lim := declared_limits(family)) is not None]
@@ -272,8 +272,8 @@ def _check_evaluations(
 def _run(items: list[SweepItem], options: SweepOptions, console: Console) -> list[SweepResult]:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from spectune.autotune import Search, SearchObserver, SearchProgress
-    from spectune.autotune.sweep import run_item
+    from spectune.search import Search, SearchObserver, SearchProgress
+    from spectune.tuning.sweep import run_item
 
     results: list[SweepResult] = []
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),

@@ -88,7 +88,7 @@ def test_reading_imports_no_triton_torch_kernels_autotune_vllm_or_alembic() -> N
         "from spectune.identity import DeviceIdentity, SoftwareIdentity\n"
         "load_index(device=DeviceIdentity('hip', 'gfx942', 'X', 1, 64),\n"
         "           software=SoftwareIdentity('3', '2', 'r', '0'), kernel_hashes={})\n"
-        "bad = [m for m in ('triton', 'torch', 'spectune.kernels', 'spectune.autotune',\n"
+        "bad = [m for m in ('triton', 'torch', 'spectune.kernels', 'spectune.search',\n"
         "                   'vllm', 'alembic') if m in sys.modules]\n"
         "print(bad)\n"
     )

@@ -219,7 +219,7 @@ def test_serving_imports_no_tuner_and_no_sqlalchemy(tmp_path: Path) -> None:
     new = set(probe["new"])
     assert "spectune.vllm._v1_router" in new and "spectune.kernels" in new
     forbidden = {"optuna", "scipy", "matplotlib", "sqlalchemy", "alembic", "click", "rich",
-                 "spectune.autotune", "spectune.cli", "spectune.vllm.doctor"}
+                 "spectune.search", "spectune.cli", "spectune.vllm.doctor"}
     assert not new & forbidden, sorted(new & forbidden)
 
 
