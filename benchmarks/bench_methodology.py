@@ -29,7 +29,7 @@ docs/replay.md does; and where the 95 % cut-off lies beyond ``--budget`` (the ru
 there), the range is cut at the budget and the space is marked as such in the output.
 ``--budget full`` runs every space to its own cut-off, so no range is cut: the package's
 full-range score (slow: the cut-offs of the shared files and generated spaces 100-105
-lie at 51-1425 evaluations, and our GP's cost per proposal grows with the study).
+lie at 51-1425 evaluations).
 
     python benchmarks/bench_methodology.py --synthetic 6 --synthetic-start 100 --repeats 10 \
         --budget full --workers 2 --samplers auto,random --peers kt-genetic_algorithm
@@ -59,7 +59,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_replay import (  # noqa: E402
     KT_PREFIX,
     SHARED,
-    VARIANTS,
     _kt_report,
     synthetic_files,
 )
@@ -171,7 +170,7 @@ def main() -> int:
     parser.add_argument("--synthetic", type=int, default=0)
     parser.add_argument("--synthetic-start", type=int, default=0)
     parser.add_argument("--samplers", default="auto,random",
-                        help="engine strategies or bench_replay.py's variants; random is "
+                        help=f"engine strategies ({', '.join(STRATEGIES)}); random is "
                         "the engine's uniform draws")
     parser.add_argument("--peers", default="", help="kt-<strategy>,... (Kernel Tuner)")
     parser.set_defaults(noisy=False)  # exact answers only (bench_replay's peers read it)
@@ -195,6 +194,10 @@ def main() -> int:
     work = Path(tmp.name)
     files += synthetic_files(work, count=args.synthetic, start=args.synthetic_start)
     names = [*args.samplers.split(","), *[p for p in args.peers.split(",") if p]]
+    unknown = [n for n in names if n not in STRATEGIES and not n.startswith(KT_PREFIX)]
+    if unknown:
+        parser.error(f"unknown strategies {', '.join(unknown)}: --samplers takes "
+                     f"{', '.join(STRATEGIES)}; --peers kt-<strategy>")
 
     rows: list[dict[str, object]] = []
     for f in files:
@@ -224,8 +227,7 @@ def _curves(space: RecordedSpace, name: str, args: argparse.Namespace) -> np.nda
     if name.startswith(KT_PREFIX):
         report = _kt_report(space, name[len(KT_PREFIX):], args)
     else:
-        sampler = name if name in STRATEGIES else VARIANTS[name]
-        report = replay(space, budget=args.budget, repeats=args.repeats, sampler=sampler,
+        report = replay(space, budget=args.budget, repeats=args.repeats, sampler=name,
                         workers=args.workers, seed=args.seed)
     return report.engine_curves  # type: ignore[attr-defined]
 

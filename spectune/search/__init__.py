@@ -3,7 +3,9 @@
 The engine (:class:`Search`, :func:`search`) proposes one configuration of a
 :class:`~spectune.space.SearchSpace` at a time through an Optuna study, evaluates it with
 an objective that returns an :class:`Outcome`, and records it. A :class:`Strategy` (one
-of :data:`STRATEGIES`, or your own) picks each configuration. The subpackage
+of :data:`STRATEGIES`: ``auto``, and the baselines ``tpe``, ``optuna-gp`` and ``random``;
+or your own, written against :class:`Strategy`, :class:`ProposalContext` and
+:class:`History`) picks each configuration. The subpackage
 :mod:`spectune.search.replay` benchmarks the same engine on fully measured spaces (T4
 files); :mod:`spectune.tuning.sweep` tunes the kernel families on this device.
 """

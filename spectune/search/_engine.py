@@ -182,9 +182,7 @@ class Search:
             storage. The same storage and ``study_name`` resume a study, and let
             several processes work on it at once (give each its own ``seed``).
         study_name: Name of the study in ``storage``.
-        sampler: A strategy name (``auto``, ``gp-ei-margin``, ``gp-ei-switch``, ``gp-ei-rough``,
-            ``gp-ei-wide10``, ``gp-ei``, ``gp-ts``, ``tpe+gp-tr``, ``gp-tr``, ``gp``,
-            ``tpe``, ``random``; see
+        sampler: A strategy name (``auto``, ``tpe``, ``optuna-gp``, ``random``; see
             :data:`~spectune.search.STRATEGIES`), a :class:`~spectune.search.Strategy`,
             or any Optuna sampler (kept inside the space and away from seen
             configurations by resampling and repair).

@@ -9,9 +9,9 @@ takes milliseconds, so the search can refit after every evaluation. Besides the
 posterior mean and deviation it draws joint posterior samples (Thompson sampling).
 
 Its linear algebra runs on one BLAS thread: on matrices of a few hundred rows, threads
-only contend (``benchmarks/bench_proposal_cost.py``: with BLAS's own two threads on two
-cores a proposal at 101-200 evaluations took 3.8 times as long), and the host a sweep
-runs on has many cores and other work.
+only contend (measured by replay: with BLAS's own two threads on two cores a proposal at
+101-200 evaluations took 3.8 times as long), and the host a sweep runs on has many cores
+and other work.
 """
 
 from __future__ import annotations

@@ -1,12 +1,11 @@
-"""The strategies the engine can search with, and their names.
+"""The strategies the engine searches with, by name.
 
-* ``gp-ei-plane`` (``auto``): a Gaussian process on the log-times (failures enter as
-  the slowest success), over the ordinal encoding plus each integer parameter's
-  power-of-two alignment, its kernel a Matérn over all of them plus, from the tenth
-  evaluation on, one over the two parameters with the most values (the block sizes,
-  mostly: a trend there is carried across the other parameters' settings); after 5
-  random configurations, each proposal is the
-  configuration of highest expected improvement, over the whole space until 10
+* ``auto``: a Gaussian process on the log-times (failures enter as the slowest success),
+  over the ordinal encoding plus each integer parameter's power-of-two alignment, its
+  kernel a Matérn over all of them plus, from the tenth evaluation on, one over the two
+  parameters with the most values (the block sizes, mostly: a trend there is carried
+  across the other parameters' settings); after 5 random configurations, each proposal
+  is the configuration of highest expected improvement, over the whole space until 10
   evaluations are in (measured there below the best log-time less 6 standard
   deviations of the log-times so far, so those first proposals go where the model is
   unsure rather than where it predicts a little better than a few random
@@ -23,39 +22,26 @@
   scores at most 2048 candidates (a uniform sample of its region), so a proposal's cost
   stops growing with the study. Chosen by leave-one-out over twelve recorded and
   generated spaces (docs/replay.md).
-* ``gp-ei-margin``: the same without the plane's kernel term (``auto`` before
-  ``gp-ei-plane``).
-* ``gp-ei-switch``: ``gp-ei-margin`` without the margin (``auto`` before
-  ``gp-ei-margin``).
-* ``gp-ei-rough``: the same without the switch turns (``auto`` before ``gp-ei-switch``).
-* ``gp-ei-wide10``: ``gp-ei-rough`` with expected improvement on the lines however
-  rough (``auto`` before ``gp-ei-rough``).
-* ``gp-ei``: ``gp-ei-wide10`` in the trust region from the first model proposal
-  (``auto`` before ``gp-ei-wide10``).
-* ``gp-ts``: the same schedule with Thompson sampling (the minimum of one posterior
-  draw) instead of expected improvement, and failures left out of the regression (the
-  default before ``gp-ei``).
-* ``tpe+gp-tr``: Optuna's multivariate TPE (categorical parameters, constant liar, 5
-  random start-up trials) makes two proposals in three; the third comes from ``gp-tr``.
-* ``gp-tr``: the GP on the ordinal encoding alone, with expected improvement maximised
-  within the trust region, after 5 random configurations; failures enter the
-  regression as the slowest success (the baselines as they were measured).
-* ``gp``: the same model, expected improvement over the whole space.
-* ``tpe``: Optuna's multivariate TPE alone (10 random start-up trials).
+* ``tpe``: Optuna's multivariate TPE (constant liar, 10 random start-up trials), a
+  baseline.
+* ``optuna-gp``: Optuna's ``GPSampler``, a baseline (slow: it refits per proposal).
 * ``random``: uniform over the configurations not yet seen.
 
-``docs/replay.md`` records the replay measurements behind the default.
+Both Optuna samplers work on the ordered positions of the values
+(:class:`OptunaStrategy`). A strategy of your own is a
+:class:`~spectune.search.Strategy`; ``Search(sampler=...)`` and
+``replay(sampler=...)`` take it (or a factory of it) beside these names.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 
 import numpy as np
 import optuna
 from optuna.distributions import BaseDistribution, IntDistribution
 from optuna.study import StudyDirection
-from optuna.trial import FrozenTrial, TrialState
+from optuna.trial import TrialState
 
 from spectune.search._gp import TYPICAL_NOISE, GaussianProcess, expected_improvement
 from spectune.search._space_index import SpaceIndex
@@ -68,7 +54,6 @@ __all__ = [
     "SWITCH_TURN_EVERY",
     "THOMPSON_CANDIDATES",
     "GPStrategy",
-    "InterleavedStrategy",
     "OptunaStrategy",
     "RandomStrategy",
     "make_strategy",
@@ -90,7 +75,7 @@ MODEL_POINTS = 256
 LATE_CANDIDATES = 2048
 
 #: Every how many proposals a stalled, smooth search turns to other switch settings
-#: (``GPStrategy(switch_turns=...)``; measured in docs/replay.md).
+#: (``GPStrategy(switch_turns=...)``).
 SWITCH_TURN_EVERY = 3
 
 
@@ -104,14 +89,23 @@ class RandomStrategy(Strategy):
 
 
 class GPStrategy(Strategy):
-    """A GP on log-times picks the next configuration, optionally within a trust region.
+    """``auto``: a GP on log-times picks the next configuration, in phases.
+
+    The defaults are ``auto``'s; the arguments exist so tests can reach each phase in a
+    few evaluations.
+
+    The model's features are the ordinal encoding plus each integer parameter's
+    power-of-two alignment (:meth:`SpaceIndex.features`); failed configurations (compile
+    errors, out of resources, wrong results) enter the regression as successes as slow
+    as the slowest one, so the model ranks the neighbours of a failing region poor (the
+    fastest configurations often lie right next to a resource limit).
 
     Args:
         n_init: Random configurations evaluated before the model is used (warm-start
             configurations count towards them).
         radius: Trust region: only configurations differing from the best one in at
-            most ``radius`` parameters are candidates (``None``: the whole space). When
-            the region holds no available configuration, the whole space is used.
+            most ``radius`` parameters are candidates. When the region holds no
+            available configuration, the whole space is used.
         global_until: While fewer than this many evaluations are in, the candidates
             are the whole space, not the trust region (a best among a handful of
             random configurations says little about where the optimum lies).
@@ -123,64 +117,54 @@ class GPStrategy(Strategy):
             makes its first proposals favour what it is unsure of over what it predicts
             a little better than the best so far. In the spread's own units, so the same
             on every space.
-        acquisition: ``"ei"``: the candidate of highest expected improvement;
-            ``"thompson"``: the minimum of one joint posterior draw over the candidates
-            (at most :data:`THOMPSON_CANDIDATES`, drawn at random when there are more).
-            Thompson sampling spreads proposals over the configurations the model
-            cannot tell apart, where expected improvement keeps choosing the same kind.
-        alignment: Add each integer parameter's power-of-two alignment as a feature
-            (:meth:`SpaceIndex.features`).
         stall: After this many evaluations without improvement, every other proposal
             is taken from the whole space (escape from a poor region) until the best
-            improves; ``None``: never.
+            improves.
         lines_after: After this many evaluations without improvement (and until the
             best improves), the candidates are the configurations that differ in at
             most one parameter from any of the ``elites`` best evaluated ones, instead
-            of the trust region around the best alone; ``None``: never (nor without a
-            trust region, ``radius=None``). A best in a local basin keeps the trust
-            region from reaching a better basin several parameters away; the
+            of the trust region around the best alone. A best in a local basin keeps the
+            trust region from reaching a better basin several parameters away; the
             runners-up often lie on the way to it.
         elites: How many of the best evaluated configurations the lines go through.
-        rough_lines: On the lines, a Thompson draw instead of ``acquisition`` whenever
-            the fitted noise variance (:attr:`GaussianProcess.noise`, a share of the
-            log-times' variance) exceeds this; ``None``: never. Timings repeat to a few
-            percent, so a large fitted noise means the model is taking a rough region
-            for noise, and there its ranking of the lines (which expected improvement
-            follows) is the least to be trusted: an isolated optimum one parameter from
-            an elite is ranked as the rough region's average.
+        rough_lines: On the lines, a Thompson draw (the minimum of one joint posterior
+            draw over at most :data:`THOMPSON_CANDIDATES` candidates) instead of
+            expected improvement whenever the fitted noise variance
+            (:attr:`GaussianProcess.noise`, a share of the log-times' variance) exceeds
+            this. Timings repeat to a few percent, so a large fitted noise means the
+            model is taking a rough region for noise, and there its ranking of the lines
+            (which expected improvement follows) is the least to be trusted: an
+            isolated optimum one parameter from an elite is ranked as the rough
+            region's average. A draw spreads the proposals over what the model cannot
+            tell apart.
         switch_turns: After ``lines_after`` evaluations without improvement, every
             :data:`SWITCH_TURN_EVERY`-th proposal that is no escape, while the fitted
             noise variance is at most this, is taken among the configurations whose
             switches (the two-valued parameters, such as shared memory or read-only
-            loads) are set otherwise than the best's; ``None``: never (nor in a space
-            without switches). A stalled search that the model fits smoothly has
-            exhausted its basin, and a basin is often one setting of the switches: the
-            lines change one parameter at a time, and the first configurations tried
-            with another setting are slower than the best, so a search that found its
-            first good configurations with one setting rarely leaves it.
-        plane_term: Add a kernel term over the two parameters with the most values
+            loads) are set otherwise than the best's (never in a space without
+            switches). A stalled search that the model fits smoothly has exhausted its
+            basin, and a basin is often one setting of the switches: the lines change
+            one parameter at a time, and the first configurations tried with another
+            setting are slower than the best, so a search that found its first good
+            configurations with one setting rarely leaves it.
+        plane_from: From this many evaluations on, the kernel has a second Matérn term
+            over the two parameters with the most values
             (:meth:`SpaceIndex.plane_columns`; :class:`GaussianProcess` ``terms``),
-            usually the block sizes. What a block shape does often holds across the
-            tiles and switches (on convolution_A100 the optimum's block shape is the
-            fastest of its tile-and-switch setting in 12 of the 96 settings and among
-            the three fastest in 24), but the one kernel over all features, its length
-            scales short where the space is rough, takes a shape's time in one setting
-            to say little about another. The term carries that trend across settings.
-        plane_from: With ``plane_term``, the model has the term from this many
-            evaluations on, and before them is the GP without it: with a handful of
-            random configurations a second kernel has too little to fit (on the
-            generated spaces the term cost a few hundredths at 10 evaluations).
-        failures: How failed configurations (compile errors, out of resources, wrong
-            results) enter the regression. ``"ignore"``: they do not (the model is of
-            the successes' times; a failure is never proposed again, being evaluated).
-            ``"worst"``: as successes as slow as the slowest one. Imputing them makes the
-            model rank the neighbours of a failing region poor, and the fastest
-            configurations often lie right next to a resource limit.
+            usually the block sizes; before them the model is the one kernel over all
+            features (with a handful of random configurations a second kernel has too
+            little to fit). What a block shape does often holds across the tiles and
+            switches, but the one kernel, its length scales short where the space is
+            rough, takes a shape's time in one setting to say little about another; the
+            term carries that trend across settings. No term where the space has at
+            most two parameters of several values.
         model_points: Most observations the model conditions on (see
             :func:`model_subset`); past it, a proposal also scores at most
-            :data:`LATE_CANDIDATES` candidates, a uniform sample of its region. ``None``:
-            all observations and all candidates, whose cost grows with the study
-            without bound (docs/replay.md, "Cost per proposal").
+            :data:`LATE_CANDIDATES` candidates, a uniform sample of its region, so its
+            cost stops growing with the study.
+
+    Raises:
+        ValueError: naming the argument, for ``elites`` below 1, a negative ``margin``
+            or ``plane_from``, or ``model_points`` below 2.
 
     The model is conditioned on all data at every proposal, up to ``model_points``
     observations; its hyperparameters are refitted at every proposal up to 50
@@ -188,57 +172,45 @@ class GPStrategy(Strategy):
     from one observation to the next).
     """
 
+    name = "auto"
+
     def __init__(
         self,
         *,
         n_init: int = 5,
-        radius: int | None = 2,
-        global_until: int = 0,
-        margin: float = 0.0,
-        acquisition: str = "ei",
-        alignment: bool = False,
-        stall: int | None = None,
-        lines_after: int | None = None,
+        radius: int = 2,
+        global_until: int = 10,
+        margin: float = 6.0,
+        stall: int = 40,
+        lines_after: int = 16,
         elites: int = 5,
-        rough_lines: float | None = None,
-        switch_turns: float | None = None,
-        plane_term: bool = False,
-        plane_from: int = 0,
-        failures: str = "ignore",
-        model_points: int | None = MODEL_POINTS,
+        rough_lines: float = TYPICAL_NOISE,
+        switch_turns: float = TYPICAL_NOISE,
+        plane_from: int = 10,
+        model_points: int = MODEL_POINTS,
     ) -> None:
-        if acquisition not in ("ei", "thompson"):
-            raise ValueError(f"acquisition must be 'ei' or 'thompson', got {acquisition!r}")
-        if failures not in ("ignore", "worst"):
-            raise ValueError(f"failures must be 'ignore' or 'worst', got {failures!r}")
         if elites < 1:
             raise ValueError(f"elites must be >= 1, got {elites}")
         if margin < 0:
             raise ValueError(f"margin must be >= 0, got {margin}")
         if plane_from < 0:
             raise ValueError(f"plane_from must be >= 0, got {plane_from}")
-        if model_points is not None and model_points < 2:
-            raise ValueError(f"model_points must be >= 2 or None, got {model_points}")
+        if model_points < 2:
+            raise ValueError(f"model_points must be >= 2, got {model_points}")
         self.n_init = n_init
         self.radius = radius
         self.global_until = global_until
         self.margin = margin
-        self.acquisition = acquisition
-        self.alignment = alignment
         self.stall = stall
         self.lines_after = lines_after
         self.elites = elites
         self.rough_lines = rough_lines
         self.switch_turns = switch_turns
-        self.plane_term = plane_term
         self.plane_from = plane_from
-        self.failures = failures
         self.model_points = model_points
-        self.name = "gp" if radius is None else "gp-tr"
-        if acquisition == "thompson":
-            self.name += "-ts"
         self._gp: GaussianProcess | None = None
-        # The model without the plane's term and, with plane_term, the one with it.
+        # The model without the plane's term and, where the space has a plane, the one
+        # with it.
         self._models: tuple[GaussianProcess, GaussianProcess | None] | None = None
         self._features: np.ndarray | None = None
         self._settings: np.ndarray | None = None  # per row, its switches' setting
@@ -248,19 +220,17 @@ class GPStrategy(Strategy):
         h = ctx.history
         if len(h.rows) < self.n_init or not h.ok.any():
             return None  # random
-        if self._features is None:
-            self._features = ctx.index.features(alignment=self.alignment)
+        if self._models is None:
+            self._features = ctx.index.features(alignment=True)
             dims = self._features.shape[1]
-            plane = ctx.index.plane_columns(alignment=self.alignment) if self.plane_term else []
+            plane = ctx.index.plane_columns(alignment=True)
             self._models = (GaussianProcess(dims),
                             GaussianProcess(dims, terms=[plane]) if plane else None)
             self._settings = _switch_settings(ctx.index)
-        if self._models is not None:  # None where a subclass built its own model
-            plain, planed = self._models
-            late = planed is not None and len(h.rows) >= self.plane_from
-            self._gp = planed if late else plain
-        assert self._gp is not None
+        plain, planed = self._models
+        self._gp = planed if planed is not None and len(h.rows) >= self.plane_from else plain
         feats = self._features
+        assert feats is not None
         rows, y = self._observations(h)
         n = len(y)
         refit = n <= 50 or n - self._fitted_at >= n // 25 or n < self._fitted_at
@@ -272,10 +242,7 @@ class GPStrategy(Strategy):
         candidates = self._candidates(ctx)
         if len(keep) < n and len(candidates) > LATE_CANDIDATES:
             candidates = ctx.rng.choice(candidates, LATE_CANDIDATES, replace=False)
-        acquisition = self.acquisition
         if self._rough_lines(h):
-            acquisition = "thompson"
-        if acquisition == "thompson":
             if len(candidates) > THOMPSON_CANDIDATES:
                 candidates = ctx.rng.choice(candidates, THOMPSON_CANDIDATES, replace=False)
             draw = self._gp.sample(feats[candidates], ctx.rng)
@@ -286,11 +253,10 @@ class GPStrategy(Strategy):
         return int(candidates[top[int(ctx.rng.integers(len(top)))]])
 
     def _observations(self, history: History) -> tuple[np.ndarray, np.ndarray]:
-        """The rows the model regresses on and their log-times (see ``failures``)."""
+        """The rows the model regresses on and their log-times, failures as the slowest
+        success."""
         y = np.log(history.times)
-        if self.failures == "worst":
-            return history.rows, np.where(np.isnan(y), np.nanmax(y), y)
-        return history.rows[history.ok], y[history.ok]
+        return history.rows, np.where(np.isnan(y), np.nanmax(y), y)
 
     def _target(self, history: History, y: np.ndarray) -> float:
         """The log-time expected improvement is measured below: the best one so far
@@ -314,7 +280,7 @@ class GPStrategy(Strategy):
         """
         h = ctx.history
         candidates = np.flatnonzero(ctx.available)
-        if self.radius is None or len(h.rows) < self.global_until or self._escaping(h):
+        if len(h.rows) < self.global_until or self._escaping(h):
             return candidates
         if self._switch_turn(h):
             assert self._settings is not None
@@ -333,7 +299,6 @@ class GPStrategy(Strategy):
     def _trust_region(self, ctx: ProposalContext, candidates: np.ndarray) -> np.ndarray:
         """The ``candidates`` within ``radius`` changed parameters of the best
         configuration (possibly none)."""
-        assert self.radius is not None
         grid = ctx.index.grid[candidates]
         near = (grid != ctx.index.grid[ctx.history.best_row()]).sum(axis=1) <= self.radius
         return candidates[near]
@@ -344,14 +309,13 @@ class GPStrategy(Strategy):
 
     def _on_lines(self, history: History) -> bool:
         """Whether this proposal searches the elites' lines (see ``lines_after``)."""
-        return self.lines_after is not None and self._since_best(history) >= self.lines_after
+        return self._since_best(history) >= self.lines_after
 
     def _rough_lines(self, history: History) -> bool:
         """Whether this proposal is a Thompson draw on rough lines (see ``rough_lines``)."""
         assert self._gp is not None
         return (
-            self.rough_lines is not None
-            and self._on_lines(history)
+            self._on_lines(history)
             and not self._escaping(history)
             and not self._switch_turn(history)
             and self._gp.noise > self.rough_lines
@@ -359,8 +323,7 @@ class GPStrategy(Strategy):
 
     def _switch_turn(self, history: History) -> bool:
         """Whether this proposal leaves the best's switch setting (see ``switch_turns``)."""
-        if (self.switch_turns is None or self.lines_after is None or self._gp is None
-                or self._settings is None):
+        if self._gp is None or self._settings is None:  # before the first model
             return False
         since = self._since_best(history)
         return (
@@ -372,23 +335,21 @@ class GPStrategy(Strategy):
 
     def _escaping(self, history: History) -> bool:
         """Whether this proposal leaves the trust region (see ``stall``)."""
-        if self.stall is None:
-            return False
         since = self._since_best(history)
         return since >= self.stall and (since - self.stall) % 2 == 0
 
 
-def model_subset(y: np.ndarray, limit: int | None) -> np.ndarray:
+def model_subset(y: np.ndarray, limit: int) -> np.ndarray:
     """Which of the observations ``y`` (in trial order) the GP conditions on.
 
-    All of them up to ``limit`` (``None``: no limit); past it, the ``limit // 2`` fastest
+    All of them up to ``limit``; past it, the ``limit // 2`` fastest
     and, of the rest, the most recent: what the search is near now, and the region it
     has already left summarised by its best points, so the model's cost stops growing
     with the study while the configurations that decide the next proposal stay in it.
     Positions into ``y``, ascending.
     """
     n = len(y)
-    if limit is None or n <= limit:
+    if n <= limit:
         return np.arange(n)
     fastest = np.argsort(y, kind="stable")[: limit // 2]
     rest = np.setdiff1d(np.arange(n), fastest)  # ascending: trial order
@@ -408,46 +369,6 @@ def _switch_settings(index: SpaceIndex) -> np.ndarray | None:
         return None
     _, codes = np.unique(index.grid[:, switches], axis=0, return_inverse=True)
     return codes.reshape(-1)
-
-
-class InterleavedStrategy(Strategy):
-    """Two strategies taking turns: every ``every``-th proposal comes from ``explorer``.
-
-    The turn is taken from the number of evaluations in the study, so it survives
-    resumes and is shared by workers.
-
-    Args:
-        main: Makes most proposals.
-        explorer: Makes one proposal in ``every``.
-        every: Period of the explorer's turns (2: alternate).
-    """
-
-    def __init__(self, main: Strategy, explorer: Strategy, *, every: int) -> None:
-        if every < 2:
-            raise ValueError(f"every must be >= 2, got {every}")
-        self.main = main
-        self.explorer = explorer
-        self.every = every
-        self.name = f"{main.name}+{explorer.name}/{every}"
-
-    def propose(self, ctx: ProposalContext) -> int | None:
-        turn = len(ctx.history.rows) + len(ctx.history.pending)
-        chosen = self.explorer if turn % self.every == self.every - 1 else self.main
-        return chosen.propose(ctx)
-
-    def before_trial(self, study: optuna.Study, trial: FrozenTrial) -> None:
-        self.main.before_trial(study, trial)
-        self.explorer.before_trial(study, trial)
-
-    def after_trial(
-        self,
-        study: optuna.Study,
-        trial: FrozenTrial,
-        state: TrialState,
-        values: Sequence[float] | None,
-    ) -> None:
-        self.main.after_trial(study, trial, state, values)
-        self.explorer.after_trial(study, trial, state, values)
 
 
 class OptunaStrategy(Strategy):
@@ -549,90 +470,24 @@ def _nearest(ctx: ProposalContext, wanted: dict[str, int]) -> int:
     return int(candidates[top[int(ctx.rng.integers(len(top)))]])
 
 
-def _tpe(seed: int | None, *, n_startup_trials: int = 10) -> optuna.samplers.BaseSampler:
+def _tpe(seed: int | None) -> optuna.samplers.BaseSampler:
     return optuna.samplers.TPESampler(
         multivariate=True,
         constant_liar=True,
-        n_startup_trials=n_startup_trials,
+        n_startup_trials=10,
         seed=seed,
-    )
-
-
-def _tpe_gp_tr(seed: int | None) -> Strategy:
-    tpe = OptunaStrategy(_tpe(seed, n_startup_trials=5), name="tpe")
-    return InterleavedStrategy(tpe, GPStrategy(n_init=5, radius=2, failures="worst"), every=3)
-
-
-def _gp_scheduled(
-    *,
-    acquisition: str,
-    failures: str,
-    global_until: int = 0,
-    margin: float = 0.0,
-    rough_lines: float | None = None,
-    switch_turns: float | None = None,
-    plane_term: bool = False,
-    plane_from: int = 0,
-) -> Strategy:
-    """The trust-region GP with alignment features, the 5 elites' lines after 16
-    evaluations without improvement and escapes after 40 (``gp-ei-plane``,
-    ``gp-ei-margin``, ``gp-ei-switch``, ``gp-ei-rough``, ``gp-ei-wide10``, ``gp-ei``,
-    ``gp-ts``)."""
-    return GPStrategy(
-        n_init=5,
-        radius=2,
-        global_until=global_until,
-        margin=margin,
-        acquisition=acquisition,
-        alignment=True,
-        lines_after=16,
-        elites=5,
-        rough_lines=rough_lines,
-        switch_turns=switch_turns,
-        plane_term=plane_term,
-        plane_from=plane_from,
-        stall=40,
-        failures=failures,
     )
 
 
 #: Strategy factories by name; each takes the seed.
 STRATEGIES: dict[str, Callable[[int | None], Strategy]] = {
-    # gp-ei-margin whose model has a kernel term over the block-size plane from the
-    # tenth evaluation on.
-    "gp-ei-plane": lambda seed: _gp_scheduled(acquisition="ei", failures="worst",
-                                               global_until=10, margin=6.0,
-                                               rough_lines=TYPICAL_NOISE,
-                                               switch_turns=TYPICAL_NOISE, plane_term=True,
-                                               plane_from=10),
-    # gp-ei-switch whose first model proposals demand an improvement of 6 spreads.
-    "gp-ei-margin": lambda seed: _gp_scheduled(acquisition="ei", failures="worst",
-                                                global_until=10, margin=6.0,
-                                                rough_lines=TYPICAL_NOISE,
-                                                switch_turns=TYPICAL_NOISE),
-    # Turns to other switch settings while the fit is smooth, draws on the lines while it
-    # is rough (both keyed on the fitted noise against what the fit expects).
-    "gp-ei-switch": lambda seed: _gp_scheduled(acquisition="ei", failures="worst",
-                                                global_until=10, rough_lines=TYPICAL_NOISE,
-                                                switch_turns=TYPICAL_NOISE),
-    # Draws on the lines once the fitted noise exceeds what the fit expects (its prior).
-    "gp-ei-rough": lambda seed: _gp_scheduled(acquisition="ei", failures="worst",
-                                               global_until=10, rough_lines=TYPICAL_NOISE),
-    "gp-ei-wide10": lambda seed: _gp_scheduled(acquisition="ei", failures="worst",
-                                                global_until=10),
-    "gp-ei": lambda seed: _gp_scheduled(acquisition="ei", failures="worst"),
-    "gp-ts": lambda seed: _gp_scheduled(acquisition="thompson", failures="ignore"),
-    "tpe+gp-tr": _tpe_gp_tr,
-    # The baselines keep failures as the worst success, as docs/replay.md measured them.
-    "gp-tr": lambda seed: GPStrategy(radius=2, failures="worst"),
-    "gp": lambda seed: GPStrategy(radius=None, failures="worst"),
+    "auto": lambda seed: GPStrategy(),
     "tpe": lambda seed: OptunaStrategy(_tpe(seed), name="tpe"),
-    # Optuna's own GP (a peer for benchmarks), on the ordered positions.
+    # Optuna's own GP (a baseline), on the ordered positions.
     "optuna-gp": lambda seed: OptunaStrategy(optuna.samplers.GPSampler(seed=seed),
                                              name="optuna-gp"),
     "random": lambda seed: RandomStrategy(),
 }
-STRATEGIES["auto"] = STRATEGIES["gp-ei-plane"]
 
 
 def make_strategy(name: str, *, seed: int | None = None) -> Strategy:

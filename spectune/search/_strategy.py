@@ -3,8 +3,10 @@
 A :class:`Strategy` picks the next configuration to evaluate as a row of the
 :class:`~spectune.search.SpaceIndex`, given a :class:`ProposalContext`: the enumerated
 space, the study's :class:`History` (evaluated and pending rows) and the mask
-of rows still available. The engine's sampler (:mod:`spectune.search._sampler`) builds
-the context; the registered strategies live in :mod:`spectune.search._strategies`.
+of rows still available. The engine builds the context at each proposal; the named
+strategies (:data:`~spectune.search.STRATEGIES`) are built on the same interface.
+All three classes are public (``from spectune.search import Strategy, ...``): a
+strategy of your own plugs into the engine and into replay without touching the package.
 """
 
 from __future__ import annotations
@@ -25,6 +27,10 @@ __all__ = ["History", "ProposalContext", "Strategy"]
 class History:
     """What a strategy knows of the study.
 
+    Read from the study at every proposal, so it holds the evaluations of every worker
+    and of earlier sessions of a resumed study, warm-start and prior configurations
+    included.
+
     Attributes:
         rows: Index rows of the charged evaluations, in trial order.
         times: Their times; NaN for failed and invalid ones.
@@ -37,6 +43,7 @@ class History:
 
     @property
     def ok(self) -> np.ndarray:
+        """Mask over :attr:`rows`: the successful evaluations."""
         return ~np.isnan(self.times)
 
     def best_row(self) -> int | None:
@@ -74,16 +81,62 @@ class ProposalContext:
 
 
 class Strategy:
-    """Picks the next row to evaluate. Subclasses override :meth:`propose`."""
+    """Picks the next configuration to evaluate; subclass it to write a strategy.
+
+    Override :meth:`propose` (and, if the strategy keeps state in step with Optuna's
+    trials, :meth:`before_trial` and :meth:`after_trial`) and set :attr:`name`. The
+    engine calls :meth:`propose` once per trial with a fresh :class:`ProposalContext`;
+    everything a proposal needs is in it, so a strategy that reads only the context
+    agrees with itself across resumed studies and between workers. Draw random numbers
+    from ``ctx.rng`` (seeded by the engine), so a seed reproduces a run.
+
+    A strategy plugs in wherever a strategy name does: ``Search(sampler=strategy)``,
+    ``search(..., sampler=strategy)``, and in replay as a picklable factory taking the
+    seed, ``replay(FILE, sampler=factory)`` (``functools.partial`` of a module-level
+    function, or the class itself when its constructor takes the seed)::
+
+        import numpy as np
+        from spectune.search import ProposalContext, Strategy
+
+        class NearBest(Strategy):
+            # Uniform among the configurations one parameter from the best so far.
+            name = "near-best"
+
+            def propose(self, ctx: ProposalContext) -> int | None:
+                best = ctx.history.best_row()
+                if best is None:
+                    return None  # nothing succeeded yet: a uniform draw
+                rows = np.flatnonzero(ctx.available)
+                changed = (ctx.index.grid[rows] != ctx.index.grid[best]).sum(axis=1)
+                near = rows[changed == 1]
+                return int(ctx.rng.choice(near)) if len(near) else None
+
+    Only the public methods here are the interface: a strategy of your own overrides
+    those, and builds on a named strategy by wrapping it (build it with
+    ``STRATEGIES[name](seed)`` and call its :meth:`propose` on the turns it should
+    take), as :class:`~spectune.search.TransferStrategy` wraps its base.
+
+    Attributes:
+        name: A short name for reports.
+    """
 
     name = "strategy"
 
     def propose(self, ctx: ProposalContext) -> int | None:
-        """An available row, or ``None`` to let the sampler pick one at random."""
+        """The next configuration to evaluate.
+
+        Args:
+            ctx: The space, the history and what is still available.
+
+        Returns:
+            A row of ``ctx.index`` that ``ctx.available`` allows, or ``None`` to let the
+            engine draw an available row uniformly (with the same generator). A row
+            that is not available is replaced by such a draw too.
+        """
         raise NotImplementedError
 
     def before_trial(self, study: optuna.Study, trial: FrozenTrial) -> None:
-        """Called by Optuna before each trial."""
+        """Called by Optuna before each trial (nothing by default)."""
 
     def after_trial(
         self,
@@ -92,4 +145,4 @@ class Strategy:
         state: TrialState,
         values: Sequence[float] | None,
     ) -> None:
-        """Called by Optuna after each trial."""
+        """Called by Optuna after each trial (nothing by default)."""

@@ -176,13 +176,13 @@ def test_bench_replay_leave_one_out_chooses_on_the_other_files(tmp_path: Path) -
     done = subprocess.run(
         [sys.executable, "benchmarks/bench_replay.py", "--leave-one-out", "--no-shared",
          "--synthetic", "3", "--repeats", "2", "--budget", "20", "--samplers",
-         "random,gp-tr", "--out", str(out)],
+         "random,auto", "--out", str(out)],
         cwd=root, capture_output=True, text=True, timeout=600, check=False,
     )
     assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
     report = json.loads(out.read_text())
     loo, runs = report["leave_one_out"], report["runs"]
-    assert loo["candidates"] == ["random", "gp-tr"]
+    assert loo["candidates"] == ["random", "auto"]
     files = [h["file"] for h in loo["held_out"]]
     assert files == ["synthetic0", "synthetic1", "synthetic2"]
 

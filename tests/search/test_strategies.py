@@ -36,44 +36,21 @@ def test_auto_is_the_expected_improvement_trust_region_with_alignment_lines_and_
 ) -> None:
     strategy = make_strategy("auto", seed=0)
     assert isinstance(strategy, GPStrategy)
-    assert strategy.name == "gp-tr" and strategy.radius == 2
+    assert strategy.name == "auto"
+    assert (strategy.n_init, strategy.radius) == (5, 2)
     assert strategy.global_until == 10  # its first model proposals global
-    assert strategy.rough_lines == TYPICAL_NOISE  # draws on rough lines
-    assert strategy.switch_turns == TYPICAL_NOISE  # gp-ei-switch: turns when smooth
-    assert strategy.margin == 6.0  # gp-ei-margin: its first model proposals demand more
-    assert strategy.plane_term  # gp-ei-plane: a kernel term over the block-size plane
-    assert strategy.plane_from == 10  # from the tenth evaluation on
-    margin = make_strategy("gp-ei-margin", seed=0)
-    assert isinstance(margin, GPStrategy)
-    assert (margin.margin, margin.plane_term) == (6.0, False)
-    switch = make_strategy("gp-ei-switch", seed=0)
-    assert isinstance(switch, GPStrategy)
-    assert (switch.switch_turns, switch.margin) == (TYPICAL_NOISE, 0.0)
-    rough = make_strategy("gp-ei-rough", seed=0)
-    assert isinstance(rough, GPStrategy)
-    assert (rough.rough_lines, rough.switch_turns) == (TYPICAL_NOISE, None)
-    wide = make_strategy("gp-ei-wide10", seed=0)
-    assert isinstance(wide, GPStrategy)
-    assert (wide.global_until, wide.rough_lines, wide.switch_turns) == (10, None, None)
-    plain = make_strategy("gp-ei", seed=0)
-    assert isinstance(plain, GPStrategy) and plain.global_until == 0
-    assert (strategy.acquisition, strategy.alignment) == ("ei", True)
+    assert strategy.margin == 6.0  # ... demanding an improvement of six spreads
     assert (strategy.lines_after, strategy.elites, strategy.stall) == (16, 5, 40)
-    assert strategy.failures == "worst"
-    thompson = make_strategy("gp-ts", seed=0)
-    assert isinstance(thompson, GPStrategy)
-    assert (thompson.acquisition, thompson.failures) == ("thompson", "ignore")
-    assert (thompson.lines_after, thompson.elites, thompson.stall) == (16, 5, 40)
-    assert set(STRATEGIES) >= {
-        "auto", "gp-ei-plane", "gp-ei-margin", "gp-ei-switch", "gp-ei-rough", "gp-ei-wide10",
-        "gp-ei", "gp-ts", "tpe+gp-tr", "gp-tr", "gp", "tpe", "random",
-    }
-    with pytest.raises(ValueError, match="acquisition must be 'ei' or 'thompson'"):
-        GPStrategy(acquisition="ucb")
+    assert strategy.rough_lines == TYPICAL_NOISE  # draws on rough lines
+    assert strategy.switch_turns == TYPICAL_NOISE  # turns to other switches when smooth
+    assert strategy.plane_from == 10  # the block-size plane's term from the tenth on
+    assert strategy.model_points == MODEL_POINTS
+    # The product's names: auto and the baselines a user compares it with.
+    assert list(STRATEGIES) == ["auto", "tpe", "optuna-gp", "random"]
     with pytest.raises(ValueError, match="elites must be >= 1, got 0"):
         GPStrategy(elites=0)
-    with pytest.raises(ValueError, match="failures must be 'ignore' or 'worst', got 'zero'"):
-        GPStrategy(failures="zero")
+    with pytest.raises(ValueError, match="sampler must be one of"):
+        make_strategy("gp-ei-margin")
 
 
 def test_alignment_feature_is_the_power_of_two_dividing_each_value() -> None:
@@ -257,7 +234,7 @@ def test_stall_alternates_global_proposals_until_the_best_improves() -> None:
     # evaluations since the best: 0 1 2 3 4 5 6 7 8 -> escape at 3, 5, 7
     assert escapes == [False, False, False, True, False, True, False, True, False]
     assert not strategy._escaping(_history([*best_then_flat, 0.5]))  # improved
-    assert not GPStrategy()._escaping(_history(best_then_flat))  # stall=None: never
+    assert not GPStrategy()._escaping(_history(best_then_flat))  # 8 since the best < 40
     nan = float("nan")  # failures after the best count as evaluations without improvement
     assert strategy._escaping(_history([2.0, nan, nan, nan]))
 
@@ -280,26 +257,25 @@ def _candidates(
     return {tuple(index.grid[r]) for r in strategy._candidates(ctx)}
 
 
-@pytest.mark.parametrize("plane_term", [False, True])
-def test_a_plane_term_models_the_two_parameters_with_most_values(plane_term: bool) -> None:
+def test_a_plane_term_models_the_two_parameters_with_most_values() -> None:
     index = SpaceIndex(SearchSpace(params=(
         Param("bx", (16, 32, 48, 64, 96)), Param("by", (1, 2, 4, 8), power_of_two=True),
         Param("tile", (1, 2, 3)), Param("flag", (0, 1)),
     )))
-    strategy = GPStrategy(alignment=True, plane_term=plane_term)
+    strategy = GPStrategy(plane_from=0)
     rows = [0, 7, 30, 55, 90, 101]
     strategy.propose(_context(index, rows, [float(r % 7 + 1) for r in rows]))
     assert strategy._gp is not None
     # Columns: bx 0, by 1, tile 2, flag 3; alignment: bx 4, tile 5.
-    assert [t.tolist() for t in strategy._gp.terms] == ([[0, 1, 4]] if plane_term else [])
-    assert len(strategy._gp.theta) == 6 + 2 + (4 if plane_term else 0)
+    assert [t.tolist() for t in strategy._gp.terms] == [[0, 1, 4]]
+    assert len(strategy._gp.theta) == 6 + 2 + 4
     # plane_from: the model without the term until that many evaluations are in.
-    late = GPStrategy(alignment=True, plane_term=plane_term, plane_from=8)
+    late = GPStrategy(plane_from=8)
     late.propose(_context(index, rows, [float(r % 7 + 1) for r in rows]))
     assert late._gp is not None and late._gp.terms == []
     more = [*rows, 3, 77]
     late.propose(_context(index, more, [float(r % 7 + 1) for r in more]))
-    assert [t.tolist() for t in late._gp.terms] == ([[0, 1, 4]] if plane_term else [])
+    assert [t.tolist() for t in late._gp.terms] == [[0, 1, 4]]
     with pytest.raises(ValueError, match="plane_from must be >= 0, got -1"):
         GPStrategy(plane_from=-1)
 
@@ -314,7 +290,7 @@ def test_candidates_move_from_the_trust_region_to_the_elites_lines_to_the_whole_
     # Five distinct successes far apart (the best is row 0), a failure, then stalls.
     elites = [0, 156, 312, 468, 624]
     failed = 600
-    strategy = GPStrategy(radius=2, lines_after=3, elites=4, stall=6)
+    strategy = GPStrategy(radius=2, global_until=0, lines_after=3, elites=4, stall=6)
     rows = [*elites, failed]
     times = [1.0, 2.0, 3.0, 4.0, 5.0, float("nan")]
     unseen = set(grid) - {grid[r] for r in rows}
@@ -325,8 +301,8 @@ def test_candidates_move_from_the_trust_region_to_the_elites_lines_to_the_whole_
     lines = {g for g in unseen if any(_hamming(g, grid[e]) <= 1 for e in elites[:4])}
     assert len(lines) == 4 * 4 * 4
     assert _candidates(strategy, index, rows, times) == lines
-    # Before lines_after (here: never), radius 2 around the best.
-    strategy.lines_after = None
+    # Before lines_after (here: not yet), radius 2 around the best.
+    strategy.lines_after = 100
     near_best = {g for g in unseen if _hamming(g, grid[0]) <= 2}
     assert _candidates(strategy, index, rows, times) == near_best
     # since = 6 = stall: an escape over the whole space; since = 7: back on the lines.
@@ -349,15 +325,16 @@ def test_candidates_move_from_the_trust_region_to_the_elites_lines_to_the_whole_
 
 @pytest.mark.parametrize(
     ("rough_lines", "on_lines"),
-    [(None, "predict"), (0.0, "sample"), (1.0, "predict")],  # the fitted noise is <= 1
+    [(0.0, "sample"), (1.0, "predict")],  # the fitted noise is in (0, 1]
 )
 def test_rough_lines_take_a_thompson_draw_and_nothing_else_does(
-    monkeypatch: pytest.MonkeyPatch, rough_lines: float | None, on_lines: str
+    monkeypatch: pytest.MonkeyPatch, rough_lines: float, on_lines: str
 ) -> None:
     index = SpaceIndex(SearchSpace(params=tuple(Param(n, (1, 2, 3, 4, 5)) for n in "abcd")))
     grid = [tuple(g) for g in index.grid]
     calls = spy_gp_acquisitions(monkeypatch)  # which of the real GP's methods each proposal called
-    strategy = GPStrategy(radius=2, lines_after=3, elites=4, stall=6, rough_lines=rough_lines)
+    strategy = GPStrategy(radius=2, global_until=0, lines_after=3, elites=4, stall=6,
+                          rough_lines=rough_lines)
     rows = [0, 156, 312, 468, 624, 600]
     times = [1.0, 2.0, 3.0, 4.0, 5.0, float("nan")]
 
@@ -399,11 +376,9 @@ def test_a_margin_measures_improvement_below_the_best_less_its_spreads_while_glo
         picks, plain_picks = set(), set()
         for seed in range(40):
             seeded = dataclasses.replace(ctx, rng=np.random.default_rng(seed))
-            picks.add(GPStrategy(global_until=10, margin=4.0, alignment=True,
-                                 failures="worst").propose(seeded))
+            picks.add(GPStrategy(global_until=10, margin=4.0).propose(seeded))
             seeded = dataclasses.replace(ctx, rng=np.random.default_rng(seed))
-            plain_picks.add(GPStrategy(global_until=10, alignment=True,
-                                       failures="worst").propose(seeded))
+            plain_picks.add(GPStrategy(global_until=10, margin=0.0).propose(seeded))
         if n >= 10:
             assert picks == plain_picks
             continue
@@ -429,9 +404,9 @@ def test_a_margin_measures_improvement_below_the_best_less_its_spreads_while_glo
         GPStrategy(margin=-1.0)
 
 
-@pytest.mark.parametrize("switch_turns", [None, 0.0, 1.0])  # the fitted noise is in (0, 1]
+@pytest.mark.parametrize("switch_turns", [0.0, 1.0])  # the fitted noise is in (0, 1]
 def test_a_stalled_smooth_search_turns_to_other_switch_settings_every_third_proposal(
-    monkeypatch: pytest.MonkeyPatch, switch_turns: float | None
+    monkeypatch: pytest.MonkeyPatch, switch_turns: float
 ) -> None:
     # Two sizes and two switches (two-valued parameters: four settings).
     space = SearchSpace(params=(Param("a", (1, 2, 3, 4, 5)), Param("b", (1, 2, 3, 4, 5)),
@@ -448,8 +423,8 @@ def test_a_stalled_smooth_search_turns_to_other_switch_settings_every_third_prop
 
     monkeypatch.setattr(GaussianProcess, "sample", spy)
     # Lines after 3 without improvement, escapes far off, every line proposal a draw.
-    strategy = GPStrategy(radius=2, lines_after=3, elites=2, stall=50, rough_lines=0.0,
-                          switch_turns=switch_turns)
+    strategy = GPStrategy(radius=2, global_until=0, lines_after=3, elites=2, stall=50,
+                          rough_lines=0.0, switch_turns=switch_turns)
     best = row[(2, 2, 0, 0)]
     rows = [row[(0, 0, 0, 0)], best, row[(4, 4, 0, 0)], row[(0, 4, 0, 0)], row[(4, 0, 0, 0)],
             row[(1, 3, 1, 1)], row[(3, 1, 0, 1)]]
@@ -477,7 +452,8 @@ def test_a_stalled_smooth_search_turns_to_other_switch_settings_every_third_prop
             assert drawn
     # A space without switches has no turns.
     plain = SpaceIndex(SearchSpace(params=tuple(Param(n, (1, 2, 3, 4, 5)) for n in "abcd")))
-    strategy = GPStrategy(radius=2, lines_after=3, elites=2, stall=50, switch_turns=1.0)
+    strategy = GPStrategy(radius=2, global_until=0, lines_after=3, elites=2, stall=50,
+                          switch_turns=1.0)
     ctx = _context(plain, [0, 156, 312, 468, 624, 600], [1.0, 2.0, 3.0, 4.0, 5.0, 6.0])
     assert strategy.propose(ctx) is not None  # 5 since the best; 3 + 3 = 6 is no turn
     ctx = _context(plain, [0, 156, 312, 468, 624, 600, 7], [1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 6.0])
@@ -520,7 +496,6 @@ def test_default_finds_an_aligned_optimum_of_a_rough_space(seed: int) -> None:
 
 def test_past_its_limit_the_model_keeps_the_fastest_half_and_the_most_recent() -> None:
     y = np.array([5.0, 1.0, 4.0, 0.5, 3.0, 2.0, 6.0, 7.0])
-    assert model_subset(y, None).tolist() == list(range(8))
     assert model_subset(y, 8).tolist() == list(range(8))  # at the limit: all
     # the two fastest (positions 3 and 1, however old) and the two latest of the rest
     assert model_subset(y, 4).tolist() == [1, 3, 6, 7]
@@ -528,13 +503,13 @@ def test_past_its_limit_the_model_keeps_the_fastest_half_and_the_most_recent() -
     ties = np.array([1.0, 1.0, 1.0, 2.0, 3.0])
     assert model_subset(ties, 2).tolist() == [0, 4]  # ties: the earlier counts as faster
     assert make_strategy("auto", seed=0).model_points == MODEL_POINTS
-    with pytest.raises(ValueError, match="model_points must be >= 2 or None, got 1"):
+    with pytest.raises(ValueError, match="model_points must be >= 2, got 1"):
         GPStrategy(model_points=1)
 
 
-@pytest.mark.parametrize("model_points", [None, 24])
+@pytest.mark.parametrize("model_points", [1000, 24])  # 1000: all 60 observations
 def test_the_gp_conditions_on_at_most_model_points_observations_and_then_scores_fewer_candidates(
-    model_points: int | None, monkeypatch: pytest.MonkeyPatch,
+    model_points: int, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     scored: list[int] = []
 
@@ -554,46 +529,37 @@ def test_the_gp_conditions_on_at_most_model_points_observations_and_then_scores_
     assert isinstance(strategy, GPStrategy)
     strategy.model_points = model_points
     ctx = _context(index, rows, times)
-    region = len(strategy._candidates(ctx)) if model_points is None else 0
+    region = len(strategy._candidates(ctx)) if model_points == 1000 else 0
     proposed = strategy.propose(ctx)
     assert proposed is not None and proposed not in rows
     y = np.log(np.array(times))
     y = np.where(np.isnan(y), np.nanmax(y), y)
-    keep = np.arange(60) if model_points is None else model_subset(y, model_points)
-    assert len(keep) == (60 if model_points is None else 24)
+    keep = model_subset(y, model_points)
+    assert len(keep) == (60 if model_points == 1000 else 24)
     assert int(np.argmin(y)) in keep
     features = index.features(alignment=True)
     assert strategy._gp is not None and strategy._gp._x is not None
     np.testing.assert_array_equal(strategy._gp._x, features[np.array(rows)[keep]])
     # past the limit a proposal scores LATE_CANDIDATES of its region; within it, all
-    assert scored == ([region] if model_points is None else [10])
-    assert model_points is not None or region > 10
+    assert scored == ([region] if model_points == 1000 else [10])
+    assert model_points != 1000 or region > 10
 
 
-@pytest.mark.parametrize("failures", ["ignore", "worst"])
-def test_failures_next_to_the_fastest_configurations_do_not_make_them_look_slow(
-    failures: str,
-) -> None:
+def test_failures_next_to_the_fastest_configurations_make_them_look_slow() -> None:
     # One parameter, 20 values; faster towards x = 10, where a resource limit starts:
     # x >= 11 fails (as large tiles run out of registers). Evaluated: 0, 3, 6, 9 and
     # three failures past the limit.
     index = SpaceIndex(SearchSpace(params=(Param("x", tuple(range(20))),)))
     rows = [0, 3, 6, 9, 11, 13, 16]
     times = [16.0, 8.0, 4.0, 2.0, float("nan"), float("nan"), float("nan")]
-    strategy = GPStrategy(radius=None, failures=failures)
+    strategy = GPStrategy()
     strategy.propose(_context(index, rows, times))
     assert strategy._gp is not None and strategy._gp._x is not None
-    mean, _ = strategy._gp.predict(index.features())
-    if failures == "ignore":
-        # Conditioned on the four successes only: x = 10, beside the first failure,
-        # is predicted at least as fast as the best evaluated one (x = 9).
-        assert len(strategy._gp._x) == 4
-        assert mean[10] <= np.log(2.0) + 0.05
-    else:
-        # Failures enter as the slowest success: x = 10 is predicted slower than x = 9,
-        # by more than 0.3 in log-time.
-        assert len(strategy._gp._x) == 7
-        assert mean[10] > np.log(2.0) + 0.3
+    mean, _ = strategy._gp.predict(index.features(alignment=True))
+    # Failures enter as the slowest success: x = 10 is predicted slower than x = 9, by
+    # more than 0.3 in log-time.
+    assert len(strategy._gp._x) == 7
+    assert mean[10] > np.log(2.0) + 0.3
 
 
 # --------------------------------------------------------------------------------------

@@ -61,7 +61,7 @@ def replay(
         repeats: Seeds per budget (engine and random search alike).
         sampler: Engine strategy: a name of :data:`~spectune.search.STRATEGIES`, or
             a picklable factory taking the seed and returning a
-            :class:`~spectune.search.Strategy` (benchmarks of variants).
+            :class:`~spectune.search.Strategy` (a strategy of your own).
         seed: Base seed; run ``i`` uses a seed derived from ``(seed, i)``.
         noisy: Answer with one recorded run instead of the mean.
         workers: Processes running seeds in parallel.
@@ -164,8 +164,8 @@ def engine_run(
         prior: Configurations a :class:`~spectune.search.TransferStrategy` proposes.
         on_evaluation: Called after each evaluation, before the next proposal, with
             that evaluation's fraction of the optimum by its recorded mean (0.0 for a
-            failure): what the benchmarks of single proposals read
-            (``benchmarks/bench_early_picks.py``, ``bench_proposal_cost.py``).
+            failure): what a benchmark of single proposals reads
+            (``benchmarks/bench_proposal_cost.py``).
 
     Returns:
         The best fraction of the optimum after each evaluation, and the seconds charged.
