@@ -207,7 +207,7 @@ def _bounded_ints(
     text: str, *, option: str, dimension: str, families: Mapping[str, KernelFamily]
 ) -> list[int]:
     """The values of ``text`` (``1-8``, ``1,8,64``), each within the limit every family
-    declares for ``dimension`` (a :class:`~spectune.kernels._family.ProblemLimits` field).
+    declares for ``dimension`` (a :class:`~spectune.kernels.ProblemLimits` field).
 
     The numbers are checked as written, before a range is expanded: ``1-10**20`` must not
     build a list first.
@@ -217,7 +217,7 @@ def _bounded_ints(
             text that is no list of positive numbers.
     """
     from spectune.autotune.problems import parse_int_list
-    from spectune.kernels._family import declared_limits
+    from spectune.kernels import declared_limits
 
     limits = [(getattr(lim, dimension), name) for name, family in families.items()
               if (lim := declared_limits(family)) is not None]

@@ -14,8 +14,7 @@ from click.testing import CliRunner, Result
 
 from spectune.autotune.sweep import MAX_SEED, SweepOptions, max_workers
 from spectune.cli import main
-from spectune.kernels import FAMILIES, MAX_VOCAB
-from spectune.kernels._family import ProblemLimits, declared_limits
+from spectune.kernels import FAMILIES, MAX_VOCAB, ProblemLimits, declared_limits
 from tests.autotune.toy_family import ToySumFamily
 
 # A tiny problem: should a bound be missing, the sweep it would start stays small.
