@@ -9,8 +9,8 @@ The kernels live in one subpackage per family group: :mod:`spectune.kernels.reje
 ``gumbel_sample`` and the fused ``sample``). Each subpackage offers its families'
 references, inputs, agreement rules and tolerances; its modules are named after the
 family they serve (``<family>.py``: the ``@triton.jit`` kernels and their launcher;
-``<family>_space.py``, ``_inputs.py``, ``_reference.py``, ``_family.py``: the search
-space, inputs, PyTorch reference and adapter). Code several families share is in this
+``<family>_space.py``, ``_inputs.py``, ``_ref.py``, ``_family.py``: the search space,
+inputs, PyTorch reference and adapter). Code several families share is in this
 package's private modules.
 
 Importing this package, reading :data:`FAMILIES`, :func:`get_family`,

@@ -269,9 +269,10 @@ def on_worker_init(vllm_config: Any, *, at_first_call: bool | None = None) -> No
         if at_first_call:
             # The device is identified at the first call: before that, vLLM may not have
             # selected this worker's GPU, and we create no device context of our own.
-            # Meanwhile the kernels and the database layer are imported in the
+            # Meanwhile the routed families' kernels and the database layer are imported in the
             # background, off vLLM's startup path (the model loads in the meantime).
-            kernels = tuple(each.kernel for each in (router, *router.companions))
+            kernels = tuple(each.kernel for each in (router, *router.companions)
+                            if each.installed)
             STATE.prefetch = threading.Thread(
                 target=_prefetch, args=kernels, name="spectune-prefetch", daemon=True
             )

@@ -18,8 +18,6 @@ from dataclasses import replace
 import torch
 
 from spectune.kernels.rejection.rejection_sample_inputs import RejectionInputs
-from spectune.kernels.sampling.min_p import apply_min_p
-from spectune.kernels.sampling.top_k_top_p import top_k_top_p
 
 __all__ = ["process_v1", "truncate", "unfolded_v1"]
 
@@ -29,6 +27,12 @@ def truncate(
     top_k: torch.Tensor | None, top_p: torch.Tensor | None,
 ) -> torch.Tensor:
     """min-p, then top-k/top-p, on tempered float32 rows whose parameters are at ``rows``."""
+    # The sampling kernels are imported here, not with the module: a worker that routes
+    # folded verification loads this module with the family's adapter and never calls
+    # the reference.
+    from spectune.kernels.sampling.min_p import apply_min_p
+    from spectune.kernels.sampling.top_k_top_p import top_k_top_p
+
     if min_p is not None:
         apply_min_p(logits, rows, min_p)
     if top_k is not None or top_p is not None:

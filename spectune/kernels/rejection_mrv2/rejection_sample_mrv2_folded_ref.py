@@ -17,7 +17,6 @@ import torch
 
 from spectune.kernels.rejection.rejection_sample_folded_ref import truncate
 from spectune.kernels.rejection_mrv2.rejection_sample_mrv2_inputs import Mrv2Inputs
-from spectune.kernels.sampling.temperature import apply_temperature
 
 __all__ = ["process_mrv2", "unfolded_mrv2"]
 
@@ -25,6 +24,9 @@ __all__ = ["process_mrv2", "unfolded_mrv2"]
 def process_mrv2(inputs: Mrv2Inputs) -> torch.Tensor:
     """The target logits as Model Runner V2's ``apply_sampling_params`` leaves them (no
     logits processors): a float32 copy, tempered, then min-p and top-k/top-p."""
+    # Imported here, as in truncate: serving loads this module and never calls it.
+    from spectune.kernels.sampling.temperature import apply_temperature
+
     logits = inputs.target_logits.to(torch.float32).clone()
     if not inputs.apply_sampling_params:
         return logits

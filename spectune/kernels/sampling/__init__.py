@@ -6,7 +6,7 @@ Each family's modules are named after it: ``<family>.py`` holds the ``@triton.ji
 kernels and their launcher (:func:`spectune.kernels.apply_temperature`,
 :func:`~spectune.kernels.apply_min_p`, :func:`~spectune.kernels.top_k_top_p`,
 :func:`~spectune.kernels.gumbel_sample`, :func:`~spectune.kernels.sample`);
-``<family>_space.py``, ``<family>_inputs.py``, ``<family>_reference.py`` and
+``<family>_space.py``, ``<family>_inputs.py``, ``<family>_ref.py`` and
 ``<family>_family.py`` the search space and default config, the inputs, the PyTorch
 reference and its rule, the adapter.
 
