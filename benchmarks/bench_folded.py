@@ -90,14 +90,14 @@ if not torch.cuda.is_available():
 from spectune.identity import CPU_BACKEND, detect_device, torch_device  # noqa: E402
 from spectune.kernels import (  # noqa: E402
     FAMILIES,
-    Mrv2Inputs,
-    RejectionInputs,
     apply_min_p,
     apply_temperature,
     rejection_sample,
     rejection_sample_mrv2,
     top_k_top_p,
 )
+from spectune.kernels.rejection import RejectionInputs  # noqa: E402
+from spectune.kernels.rejection_mrv2 import Mrv2Inputs  # noqa: E402
 from spectune.space import DTYPES, Problem  # noqa: E402
 
 #: Shapes per mode: time (GPU), count (CPU interpreter, minutes), quick (CPU, seconds).

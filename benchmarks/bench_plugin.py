@@ -220,8 +220,8 @@ def child_calls(calls: int) -> dict[str, float]:
     out["vllm_random_draws_us"] = per_call_us(
         lambda: vllm_random_inputs(rs, n, counts, random_md.generators, vocab, device), calls)
     out["tuned_config"] = float(router.stats.tuned_shapes)
-    # The kernel wrapper's own host-side checks on every call (spectune.kernels).
-    from spectune.kernels import rejection as kernel_module
+    # The kernel wrapper's own host-side checks on every call (its private _check_inputs).
+    import spectune.kernels.rejection.rejection_sample as kernel_module
 
     inputs, config = router.prepare(*args, greedy_md)
     check = getattr(kernel_module, "_check_inputs", None)

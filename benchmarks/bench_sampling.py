@@ -17,8 +17,8 @@ counted, not failed). Default configs, or ``--config`` for one family.
 
 Needs vLLM importable. On a GPU vLLM's kernels run natively. On CPU (``--quick``, tiny
 shapes, ``TRITON_INTERPRET=1``) vLLM's kernels are loaded bound to the real Triton
-(tests/kernels/vllm_mrv2.py, vllm_topk_topp.py) only to prove the script works: its
-figures mean nothing.
+(tests/kernels/vllm_mrv2.py, tests/kernels/sampling/vllm_topk_topp.py) only to prove the
+script works: its figures mean nothing.
 
 Usage:
     python benchmarks/bench_sampling.py [--quick] [--json OUT]
@@ -46,11 +46,13 @@ from spectune.identity import CPU_BACKEND, detect_device, torch_device  # noqa: 
 from spectune.kernels import (  # noqa: E402
     apply_min_p,
     apply_temperature,
-    gumbel_results_agree,
     gumbel_sample,
     sample,
-    sample_reference,
     top_k_top_p,
+)
+from spectune.kernels.sampling import (  # noqa: E402
+    gumbel_results_agree,
+    sample_reference,
     top_k_top_p_reference,
 )
 
@@ -67,8 +69,8 @@ def vllm_kernels(gpu: bool) -> SimpleNamespace:
         return SimpleNamespace(top_k_top_p=apply_top_k_top_p_triton,
                                temperature=gumbel.apply_temperature,
                                min_p=min_p.apply_min_p, gumbel=gumbel.gumbel_sample)
+    from tests.kernels.sampling.vllm_topk_topp import load_vllm_top_k_top_p_triton
     from tests.kernels.vllm_mrv2 import load_vllm_mrv2
-    from tests.kernels.vllm_topk_topp import load_vllm_top_k_top_p_triton
 
     mrv2 = load_vllm_mrv2()
     return SimpleNamespace(top_k_top_p=load_vllm_top_k_top_p_triton(),

@@ -38,10 +38,9 @@ sys.path.insert(0, str(ROOT))
 from bench_verify import copy_bandwidth, timeit  # noqa: E402
 
 from spectune.identity import CPU_BACKEND, detect_device, torch_device  # noqa: E402
-from spectune.kernels import (  # noqa: E402
-    get_family,
+from spectune.kernels import get_family, rejection_sample_mrv2  # noqa: E402
+from spectune.kernels.rejection_mrv2 import (  # noqa: E402
     mrv2_results_agree,
-    rejection_sample_mrv2,
     rejection_sample_mrv2_reference,
 )
 from spectune.space import DTYPES, Problem  # noqa: E402

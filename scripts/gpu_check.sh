@@ -23,8 +23,8 @@ unset TRITON_INTERPRET
 } 2>&1 | tee "$OUT/device.txt"
 
 status=0
-SPECTUNE_TEST_DEVICE=cuda timeout 150 python3 -m pytest tests/kernels/test_rejection.py \
-    tests/kernels/test_rejection_mrv2.py -q -p no:cacheprovider \
+SPECTUNE_TEST_DEVICE=cuda timeout 150 python3 -m pytest tests/kernels/rejection/test_rejection.py \
+    tests/kernels/rejection_mrv2/test_rejection_mrv2.py -q -p no:cacheprovider \
     --junitxml="$OUT/kernel-tests.xml" 2>&1 | tee "$OUT/kernel-tests.log"
 [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
 

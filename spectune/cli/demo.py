@@ -30,7 +30,8 @@ def demo(batch: int, k: int, vocab: int, dtype: str, seed: int) -> None:
     import torch
 
     from spectune.identity import detect_device, torch_device
-    from spectune.kernels import decision_margins_agree, get_family
+    from spectune.kernels import get_family
+    from spectune.kernels.rejection import decision_margins_agree
     from spectune.space import Problem
 
     console = Console()

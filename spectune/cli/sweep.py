@@ -207,7 +207,7 @@ def _bounded_ints(
     text: str, *, option: str, dimension: str, families: Mapping[str, KernelFamily]
 ) -> list[int]:
     """The values of ``text`` (``1-8``, ``1,8,64``), each within the limit every family
-    declares for ``dimension`` (a :class:`~spectune.kernels._family.ProblemLimits` field).
+    declares for ``dimension`` (a :class:`~spectune.kernels.ProblemLimits` field).
 
     The numbers are checked as written, before a range is expanded: ``1-10**20`` must not
     build a list first.
@@ -216,7 +216,7 @@ def _bounded_ints(
         click.BadParameter: naming ``option`` and the limit, for a number past it or a
             text that is no list of positive numbers.
     """
-    from spectune.kernels._family import declared_limits
+    from spectune.kernels import declared_limits
     from spectune.tuning.problems import parse_int_list
 
     limits = [(getattr(lim, dimension), name) for name, family in families.items()

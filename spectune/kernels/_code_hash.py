@@ -14,62 +14,119 @@ text is the one recorded (the shipped kernels) costs one SHA-256 of its text; an
 text (an edited kernel) is parsed, so the hash is always that of the code in use.
 ``python scripts/update_code_hashes.py`` rewrites the memo after a kernel edit; a test
 fails while it is out of date.
+
+Modules are named, not imported: a family's hash is read from its modules' files (the
+vLLM plugin checks tuned rows against every family's hash, and imports only the kernels
+it routes). Where a module lives is not what it does: the imports of moved modules are
+written out at the paths the modules had when the hashes were first recorded
+(:data:`_MOVED`), so that moving a module keeps every tuned row valid.
 """
 
 from __future__ import annotations
 
 import ast
 import hashlib
-import inspect
+import importlib.util
 import json
+import tokenize
 from functools import lru_cache
 from pathlib import Path
 from types import ModuleType
 
 from spectune.identity import source_hash
 
-__all__ = ["MEMO_FILE", "canonical_code", "code_digest", "code_hash", "write_memo"]
+__all__ = ["MEMO_FILE", "canonical_code", "code_digest", "code_hash", "module_text",
+           "write_memo"]
 
 #: Text digest -> code digest of the modules the registered families hash.
 MEMO_FILE = Path(__file__).resolve().parent.parent / "data" / "code_hashes.json"
 
 _WITH_DOCSTRING = (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)
 
+#: Where modules (and one object) that hashed code imports lived when the family hashes
+#: were first recorded (commit fbfd1de: every module flat in ``spectune/kernels/``), by
+#: where they live now. An import of a new path is written out as the old one, in the
+#: old form (``from spectune.kernels import rejection_folded_space as _folded_space``
+#: for the folded spaces, once modules of their own), so a module whose code did not
+#: change keeps its digest wherever it moved. One entry per move; never remove one.
+_MOVED = {
+    "spectune.kernels.rejection.rejection_sample": "spectune.kernels.rejection",
+    "spectune.kernels.rejection.rejection_sample_constants":
+        "spectune.kernels.rejection_constants",
+    "spectune.kernels.rejection.rejection_sample_space": "spectune.kernels.rejection_space",
+    "spectune.kernels.rejection.rejection_sample_space.FOLDED":
+        "spectune.kernels.rejection_folded_space",
+    "spectune.kernels.rejection_mrv2.rejection_sample_mrv2": "spectune.kernels.rejection_mrv2",
+    "spectune.kernels.rejection_mrv2.rejection_sample_mrv2_constants":
+        "spectune.kernels.rejection_mrv2_constants",
+    "spectune.kernels.rejection_mrv2.rejection_sample_mrv2_space":
+        "spectune.kernels.rejection_mrv2_space",
+    "spectune.kernels.rejection_mrv2.rejection_sample_mrv2_space.FOLDED":
+        "spectune.kernels.rejection_mrv2_folded_space",
+    "spectune.kernels.sampling.gumbel_sample": "spectune.kernels.gumbel",
+    "spectune.kernels.sampling.gumbel_sample_space": "spectune.kernels.gumbel_space",
+    "spectune.kernels.sampling.min_p": "spectune.kernels.min_p",
+    "spectune.kernels.sampling.min_p_space": "spectune.kernels.min_p_space",
+    "spectune.kernels.sampling.sample": "spectune.kernels.sampling",
+    "spectune.kernels.sampling.sample_space": "spectune.kernels.sampling_space",
+    "spectune.kernels.sampling.temperature": "spectune.kernels.temperature",
+    "spectune.kernels.sampling.temperature_space": "spectune.kernels.temperature_space",
+    "spectune.kernels.sampling.top_k_top_p": "spectune.kernels.topk_topp",
+    "spectune.kernels.sampling.top_k_top_p_space": "spectune.kernels.topk_topp_space",
+}
 
-def code_hash(*modules: ModuleType) -> str:
+
+def code_hash(*modules: str | ModuleType) -> str:
     """:func:`spectune.identity.source_hash` of the modules' code, in the given order."""
     return source_hash(*(code_digest(module) for module in modules))
 
 
-def code_digest(module: ModuleType) -> str:
-    """SHA-256 of ``module``'s :func:`canonical_code` (from the memo when its text is the
-    recorded one).
+def code_digest(module: str | ModuleType) -> str:
+    """SHA-256 of the :func:`canonical_code` of ``module`` (a module or its dotted name;
+    from the memo when its text is the recorded one). A named module is not imported.
 
     Raises:
-        TypeError: ``module`` is not a module (a function of the same name as its module,
-            re-exported by a package, would hash only that function).
+        TypeError: ``module`` is neither a module nor a name (a function of the same name
+            as its module, re-exported by a package, would hash only that function).
+        ModuleNotFoundError: no module of that name.
     """
-    if not isinstance(module, ModuleType):
-        raise TypeError(f"code hashes are of modules, got {type(module).__name__} {module!r}")
-    text = inspect.getsource(module)
-    recorded = _memo().get(module.__name__)
+    name = _module_name(module)
+    text = module_text(name)
+    recorded = _memo().get(name)
     if recorded is not None and recorded.get("text") == _sha256(text):
         return str(recorded["code"])
     return _sha256(canonical_code(text))
 
 
-def write_memo(modules: list[ModuleType], path: Path = MEMO_FILE) -> Path:
+def module_text(name: str) -> str:
+    """The source text of the module ``name``, read from its file without importing it
+    (only its parent packages are)."""
+    spec = importlib.util.find_spec(name)
+    if spec is None or not spec.origin or not spec.origin.endswith(".py"):
+        raise ModuleNotFoundError(f"no Python source for module {name!r}", name=name)
+    # tokenize.open: the encoding the file declares, as the interpreter reads it.
+    with tokenize.open(spec.origin) as file:
+        return file.read()
+
+
+def write_memo(modules: list[str | ModuleType], path: Path = MEMO_FILE) -> Path:
     """Record the text and code digests of ``modules`` in ``path`` (the shipped memo)."""
+    texts = {name: module_text(name) for name in sorted(map(_module_name, modules))}
     memo = {
-        module.__name__: {
-            "text": _sha256(inspect.getsource(module)),
-            "code": _sha256(canonical_code(inspect.getsource(module))),
-        }
-        for module in sorted(modules, key=lambda m: m.__name__)
+        name: {"text": _sha256(text), "code": _sha256(canonical_code(text))}
+        for name, text in texts.items()
     }
     path.write_text(json.dumps(memo, indent=2) + "\n", encoding="utf-8")
     _memo.cache_clear()
     return path
+
+
+def _module_name(module: str | ModuleType) -> str:
+    if isinstance(module, ModuleType):
+        return module.__name__
+    if isinstance(module, str):
+        return module
+    raise TypeError(f"code hashes are of modules, got {type(module).__name__} {module!r}")
 
 
 @lru_cache(maxsize=1)
@@ -102,6 +159,8 @@ def _dump(node: ast.AST, out: list[str]) -> None:
     Docstrings are dropped while dumping, in the same single pass over the tree: a
     kernel module's tree has thousands of nodes and the hash is computed at import.
     """
+    if isinstance(node, (ast.Import, ast.ImportFrom)):
+        node = _as_before_moves(node)
     out.append(type(node).__name__)
     out.append("(")
     separator = ""
@@ -140,3 +199,32 @@ def _starts_with_docstring(body: list[ast.stmt]) -> bool:
         and isinstance(first.value.value, str)
     )
 
+
+
+def _as_before_moves(node: ast.Import | ast.ImportFrom) -> ast.Import | ast.ImportFrom:
+    """``node`` with every moved path it imports written as before the move (:data:`_MOVED`).
+
+    ``from package import name`` moved as a whole (``name`` in the table) becomes
+    ``from old_package import old_name``; otherwise only the module it imports from is
+    mapped. A statement whose names would come from different old modules keeps its
+    names and only has its module mapped (no such import existed before any move).
+    """
+    if isinstance(node, ast.Import):
+        if not any(a.name in _MOVED for a in node.names):
+            return node
+        return ast.Import(names=[ast.alias(name=_MOVED.get(a.name, a.name), asname=a.asname)
+                                 for a in node.names])
+    if node.level or node.module is None:
+        return node
+    module = _MOVED.get(node.module, node.module)
+    wholes = [_MOVED.get(f"{node.module}.{a.name}") for a in node.names]
+    if any(wholes):
+        parents = {whole.rpartition(".")[0] if whole else module for whole in wholes}
+        if len(parents) == 1:
+            names = [ast.alias(name=whole.rpartition(".")[2] if whole else a.name,
+                               asname=a.asname)
+                     for a, whole in zip(node.names, wholes, strict=True)]
+            return ast.ImportFrom(module=parents.pop(), names=names, level=0)
+    if module == node.module:
+        return node
+    return ast.ImportFrom(module=module, names=node.names, level=node.level)

@@ -1,48 +1,41 @@
-"""The small interface the tuner, the database and the plugin see of a kernel family."""
+"""The small interface the tuner, the database and the plugin see of a kernel family, and
+the registry's form of it.
+
+A registered family (:class:`RegisteredFamily`) is named, hashed and has its space
+declared without importing any Triton kernel: its source hash is read from its modules'
+files and its space from its ``*_space`` module. The rest (inputs, launches, references)
+is the family's adapter, imported from the family's subpackage at the first call that
+needs it: a vLLM worker imports the kernels it routes, and only those.
+"""
 
 from __future__ import annotations
 
+import importlib
+import importlib.util
 from collections.abc import Mapping
-from dataclasses import dataclass
-from types import ModuleType
+from functools import cached_property
 from typing import Any, Protocol, runtime_checkable
 
 from spectune.kernels._code_hash import code_hash
+from spectune.kernels._space_parts import ProblemLimits, family_limits, rows_problem
 from spectune.space import Problem, SearchSpace
 
-__all__ = ["KernelFamily", "ProblemLimits", "RowsFamily", "SpaceFamily", "declared_limits"]
-
-
-@dataclass(frozen=True)
-class ProblemLimits:
-    """The largest problem a kernel family takes, declared with its search space.
-
-    What the tuner checks a request against before making any input: a problem past
-    one of them is refused, not tuned.
-
-    Attributes:
-        spec_len: Most drafts per request (``Problem.spec_len``).
-        batch: Most requests (``Problem.batch``; rows, for the sampling steps).
-        vocab: Largest vocabulary (``Problem.vocab``).
-    """
-
-    spec_len: int
-    batch: int
-    vocab: int
-
-    def __post_init__(self) -> None:
-        for name in ("spec_len", "batch", "vocab"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"ProblemLimits.{name} must be a positive integer, "
-                                 f"got {value!r}")
+__all__ = [
+    "FamilyAdapter",
+    "FamilySpace",
+    "KernelFamily",
+    "ProblemLimits",
+    "RegisteredFamily",
+    "RowsFamily",
+    "declared_limits",
+]
 
 
 def declared_limits(family: object) -> ProblemLimits | None:
     """The limits ``family`` declares (its ``limits``); ``None`` when it declares none.
 
     Optional for a :class:`KernelFamily` (a test's family may leave them out); every
-    :class:`SpaceFamily` declares them in its ``*_space`` module (``LIMITS``).
+    registered family declares them (:func:`~spectune.kernels._space_parts.family_limits`).
     """
     limits = getattr(family, "limits", None)
     return limits if isinstance(limits, ProblemLimits) else None
@@ -91,43 +84,143 @@ class KernelFamily(Protocol):
         ...
 
 
-class SpaceFamily:
-    """What every family adapter shares: its hashed modules, and the ``*_space`` module
-    that declares its search space, default config and limits.
+class FamilySpace(Protocol):
+    """What a family's ``*_space`` module (or a :class:`~spectune.kernels._space_parts.
+    FoldedSpace`) declares: the space on every backend and on one, the default config,
+    and the problem of a launch's shape (``problem_for``, whose arguments differ)."""
 
-    Subclasses set ``name``, ``source_modules`` (hashed, in order, into ``source_hash``)
-    and ``space`` (a module with ``search_space(backend)``,
-    ``default_config(problem, backend)`` and ``LIMITS``, a :class:`ProblemLimits`), and
-    implement the rest of :class:`KernelFamily`.
+    SEARCH_SPACE: SearchSpace
+
+    def search_space(self, backend: str) -> SearchSpace: ...
+
+    def default_config(self, problem: Problem, backend: str) -> dict[str, int]: ...
+
+
+class FamilyAdapter(Protocol):
+    """The part of a :class:`KernelFamily` that needs the kernels: a family's adapter
+    class (its ``*_family`` module), built by the registry with no arguments."""
+
+    def problem_of(self, inputs: Any) -> Problem: ...
+
+    def make_inputs(self, problem: Problem, *, seed: int, device: Any = "cpu") -> Any: ...
+
+    def launch(self, inputs: Any, config: Mapping[str, int]) -> Any: ...
+
+    def reference(self, inputs: Any) -> Any: ...
+
+    def same(self, expected: Any, actual: Any) -> bool: ...
+
+
+class RegisteredFamily:
+    """A kernel family as :data:`spectune.kernels.FAMILIES` holds it.
+
+    Its name, source hash, search space, default config and limits need no Triton
+    kernel; its inputs, launches and references are its adapter's, imported (with the
+    kernels) at the first such call. Pickled as its registration (the trial workers
+    import what they run).
+
+    Args:
+        name: Registry name.
+        adapter: ``"module:Class"`` of the adapter (a :class:`FamilyAdapter`).
+        space: ``"module"`` declaring the space (a :class:`FamilySpace`), or
+            ``"module:attribute"`` for one object of a module (a folded family's).
+        source_modules: The modules the source hash covers, in order.
+        package: What module names starting with ``.`` are relative to.
     """
 
-    name: str = ""
-    source_modules: tuple[ModuleType, ...] = ()
-    space: ModuleType
+    def __init__(
+        self,
+        name: str,
+        *,
+        adapter: str,
+        space: str,
+        source_modules: tuple[str, ...],
+        package: str = "spectune.kernels",
+    ) -> None:
+        self.name = name
+        self.adapter_path = _absolute(adapter, package)
+        self.space_path = _absolute(space, package)
+        self.source_modules = tuple(_absolute(m, package) for m in source_modules)
 
-    def __init__(self) -> None:
-        self.source_hash = code_hash(*self.source_modules)
+    @cached_property
+    def source_hash(self) -> str:
+        """Hash of the code of :attr:`source_modules` (read from their files)."""
+        return code_hash(*self.source_modules)
 
-    def search_space(self, backend: str) -> SearchSpace:
-        """The declared launch space on ``backend``."""
-        return self.space.search_space(backend)  # type: ignore[no-any-return]
+    @cached_property
+    def space(self) -> FamilySpace:
+        """The module (or object) that declares the family's space."""
+        return _resolve(self.space_path)  # type: ignore[no-any-return]
 
-    def default_config(self, problem: Problem, backend: str) -> dict[str, int]:
-        """The launcher's config when nothing is tuned for ``problem``."""
-        return self.space.default_config(problem, backend)  # type: ignore[no-any-return]
+    @cached_property
+    def adapter(self) -> FamilyAdapter:
+        """The family's adapter (imports the family's kernels)."""
+        return _resolve(self.adapter_path)()  # type: ignore[no-any-return]
+
+    def load(self) -> None:
+        """Import the adapter and the kernels now (off the hot path: the plugin's
+        background prefetch), not at the first call that needs them."""
+        self.adapter  # noqa: B018 (the import is the point)
 
     @property
     def limits(self) -> ProblemLimits:
-        """The largest problem the family takes, as its ``*_space`` module declares."""
-        return self.space.LIMITS  # type: ignore[no-any-return]
+        """The largest problem the family takes."""
+        return family_limits()
+
+    def search_space(self, backend: str) -> SearchSpace:
+        """The declared launch space on ``backend``."""
+        return self.space.search_space(backend)
+
+    def default_config(self, problem: Problem, backend: str) -> dict[str, int]:
+        """The launcher's config when nothing is tuned for ``problem``."""
+        return self.space.default_config(problem, backend)
+
+    def problem_of(self, inputs: Any) -> Problem:
+        """The problem ``inputs`` belong to (what the launcher's default config is for)."""
+        return self.adapter.problem_of(inputs)
+
+    def make_inputs(self, problem: Problem, *, seed: int, device: Any = "cpu") -> Any:
+        """Realistic inputs for ``problem``."""
+        return self.adapter.make_inputs(problem, seed=seed, device=device)
+
+    def launch(self, inputs: Any, config: Mapping[str, int]) -> Any:
+        """The kernels with ``config``."""
+        return self.adapter.launch(inputs, config)
+
+    def reference(self, inputs: Any) -> Any:
+        """The PyTorch reference result for ``inputs``."""
+        return self.adapter.reference(inputs)
+
+    def same(self, expected: Any, actual: Any) -> bool:
+        """Whether two results agree under the family's exactness rule."""
+        return self.adapter.same(expected, actual)
+
+    def __getstate__(self) -> dict[str, Any]:
+        # The registration only: modules (the space) do not pickle, and the worker
+        # imports what it runs.
+        return {key: self.__dict__[key]
+                for key in ("name", "adapter_path", "space_path", "source_modules")}
+
+    def __repr__(self) -> str:
+        return f"RegisteredFamily({self.name!r}, adapter={self.adapter_path!r})"
 
 
-class RowsFamily(SpaceFamily):
-    """A family whose launches take one ``[rows, V]`` logits tensor (the sampling
-    steps): its problem is that shape, rows as the batch (``space.problem_for``)."""
+class RowsFamily:
+    """Adapter base of a family whose launches take one ``[rows, V]`` logits tensor (the
+    sampling steps): its problem is that shape, rows as the batch."""
 
     def problem_of(self, inputs: Any) -> Problem:
         """The problem ``inputs`` belong to (rows as the batch, vocabulary, dtype)."""
         rows, vocab = inputs.logits.shape
-        return self.space.problem_for(  # type: ignore[no-any-return]
-            num_tokens=rows, vocab=vocab, dtype=inputs.logits.dtype)
+        return rows_problem(num_tokens=rows, vocab=vocab, dtype=inputs.logits.dtype)
+
+
+def _absolute(name: str, package: str) -> str:
+    return importlib.util.resolve_name(name, package) if name.startswith(".") else name
+
+
+def _resolve(path: str) -> Any:
+    """The module ``path`` names, or its attribute after a ``:``."""
+    module, _, attribute = path.partition(":")
+    loaded = importlib.import_module(module)
+    return getattr(loaded, attribute) if attribute else loaded

@@ -2,26 +2,29 @@
 
 The launch parameters Triton takes for any kernel (warps, pipelining stages, AMD's
 occupancy hint), the tile and split values, the "every lane holds an element" rule, how
-a default config splits vocabulary rows over programs, and the limits of the problems
-the families take. Not part of any source hash: spaces, defaults and limits decide which
-configs are tried, what runs untuned and what is tuned at all, never tokens.
+a default config splits vocabulary rows over programs, the space of a verification
+family with the sampling parameters folded in (:class:`FoldedSpace`), and the limits of
+the problems the families take. Not part of any source hash: spaces, defaults and limits
+decide which configs are tried, what runs untuned and what is tuned at all, never tokens.
+
+Imports neither torch nor Triton: the database checks tuned rows against the declared
+spaces (:func:`spectune.kernels.family_space`), in processes that launch no kernel.
 """
 
 from __future__ import annotations
 
-import torch
-import triton
-from triton.language import TRITON_MAX_TENSOR_NUMEL
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import cache
+from typing import TYPE_CHECKING
 
-from spectune.kernels._family import ProblemLimits
-from spectune.kernels._tensors import dtype_name
-from spectune.kernels.rejection_constants import MAX_VOCAB
 from spectune.space import Constraint, Param, Problem, SearchSpace
+
+if TYPE_CHECKING:
+    import torch
 
 __all__ = [
     "FOLD_DEFAULTS",
-    "LIMITS",
-    "MAX_BATCH",
     "MAX_SPEC_LEN",
     "NUM_STAGES",
     "NUM_WARPS",
@@ -29,7 +32,11 @@ __all__ = [
     "SPLITS",
     "TILES",
     "WAVES_PER_EU",
+    "FoldedSpace",
+    "ProblemLimits",
     "default_splits",
+    "dtype_name",
+    "family_limits",
     "folded_space",
     "lanes_constraint",
     "launch_defaults",
@@ -43,17 +50,53 @@ __all__ = [
 #: ``vllm.v1.sample.rejection_sampler``, which refuses a longer chain), and a chain the
 #: verification kernels walk in one program (``k + 1`` tokens in one block).
 MAX_SPEC_LEN = 128
-#: Most requests: V1 verification holds the cumulative draft counts of the whole batch in
-#: one Triton block (``BLOCK_B``, the batch's next power of two), and no block holds more
-#: than ``TRITON_MAX_TENSOR_NUMEL`` (2**20) elements.
-MAX_BATCH = TRITON_MAX_TENSOR_NUMEL
-#: The limits every family declares (its ``*_space`` module's ``LIMITS``): k and batch
-#: as above; vocabularies up to ``MAX_VOCAB``, where the fixed-point softmax denominator
-#: stops fitting int64 (the plugin routes no larger vocabulary to any family, so a
-#: config tuned past it would never be looked up). The sampling steps have no k (they
-#: are tuned at k = 1, whatever a sweep asks): the bound only keeps one sweep's
-#: ``--spec-lens`` valid for every family.
-LIMITS = ProblemLimits(spec_len=MAX_SPEC_LEN, batch=MAX_BATCH, vocab=MAX_VOCAB)
+
+
+@dataclass(frozen=True)
+class ProblemLimits:
+    """The largest problem a kernel family takes, declared with its search space.
+
+    What the tuner checks a request against before making any input: a problem past
+    one of them is refused, not tuned.
+
+    Attributes:
+        spec_len: Most drafts per request (``Problem.spec_len``).
+        batch: Most requests (``Problem.batch``; rows, for the sampling steps).
+        vocab: Largest vocabulary (``Problem.vocab``).
+    """
+
+    spec_len: int
+    batch: int
+    vocab: int
+
+    def __post_init__(self) -> None:
+        for name in ("spec_len", "batch", "vocab"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"ProblemLimits.{name} must be a positive integer, "
+                                 f"got {value!r}")
+
+
+@cache
+def family_limits() -> ProblemLimits:
+    """The limits every registered family declares: k as :data:`MAX_SPEC_LEN`; as many
+    requests as one Triton block holds (``TRITON_MAX_TENSOR_NUMEL``, 2**20: V1
+    verification holds the cumulative draft counts of the whole batch in one block,
+    ``BLOCK_B``); vocabularies up to ``MAX_VOCAB``, where the fixed-point softmax
+    denominator stops fitting int64 (the plugin routes no larger vocabulary to any
+    family, so a config tuned past it would never be looked up). The sampling steps have
+    no k (they are tuned at k = 1, whatever a sweep asks): the bound only keeps one
+    sweep's ``--spec-lens`` valid for every family.
+
+    A function, not a constant: both bounds come from modules that import Triton, which
+    declaring a space does not.
+    """
+    from triton.language import TRITON_MAX_TENSOR_NUMEL
+
+    from spectune.kernels.rejection.rejection_sample_constants import MAX_VOCAB
+
+    return ProblemLimits(spec_len=MAX_SPEC_LEN, batch=TRITON_MAX_TENSOR_NUMEL, vocab=MAX_VOCAB)
+
 
 #: Vocabulary tile sizes a family may take (powers of two).
 TILES = (256, 512, 1024, 2048, 4096, 8192, 16384)
@@ -143,6 +186,41 @@ def folded_space(space: SearchSpace) -> SearchSpace:
     )
 
 
+class FoldedSpace:
+    """The space of a verification family with the sampling parameters folded in: the
+    unfolded family's parameters plus the pre-pass's tile and pivots
+    (:func:`folded_space`), its default config plus :data:`FOLD_DEFAULTS`, the same
+    problems. One per folded family, beside the unfolded family's space (its ``FOLDED``),
+    for the launcher (which validates a folded launch's config against it) and the
+    registry (the folded family's declared space).
+
+    Attributes:
+        SEARCH_SPACE: Every launch parameter the folded kernels take, on every backend
+            (named as a space module's).
+        problem_for: The unfolded family's ``problem_for`` (the same shapes).
+    """
+
+    def __init__(
+        self,
+        space: SearchSpace,
+        *,
+        default_config: Callable[[Problem, str], dict[str, int]],
+        problem_for: Callable[..., Problem],
+    ) -> None:
+        self.SEARCH_SPACE = folded_space(space)
+        self.problem_for = problem_for
+        self._unfolded_default = default_config
+
+    def search_space(self, backend: str) -> SearchSpace:
+        """The declared launch space on ``backend`` (``waves_per_eu`` only on HIP)."""
+        return self.SEARCH_SPACE.for_backend(backend)
+
+    def default_config(self, problem: Problem, backend: str) -> dict[str, int]:
+        """The unfolded family's default for ``problem``, and the pre-pass's defaults."""
+        config = {**self._unfolded_default(problem, backend), **FOLD_DEFAULTS}
+        return self.search_space(backend).validate(config)
+
+
 def lanes_constraint(*tiles: str) -> Constraint:
     """Every tile parameter named holds at least one element per lane of 64-wide waves."""
     names = " and ".join(f"{t} >= 64 * num_warps" for t in tiles)
@@ -155,8 +233,8 @@ def lanes_constraint(*tiles: str) -> Constraint:
 def default_splits(*, rows: int, vocab: int, block: int, values: tuple[int, ...]) -> int:
     """The largest split (of ``values``) that keeps about the target number of programs
     over ``rows`` rows, and no more splits than ``block``-wide tiles of the vocabulary."""
-    tiles = triton.cdiv(vocab, block)
-    want = max(1, triton.cdiv(_DEFAULT_TARGET_PROGRAMS, rows))
+    tiles = _cdiv(vocab, block)
+    want = max(1, _cdiv(_DEFAULT_TARGET_PROGRAMS, rows))
     return max(s for s in values if s <= min(want, tiles) or s == values[0])
 
 
@@ -169,6 +247,16 @@ def launch_defaults(
     if backend == "hip":
         config["waves_per_eu"] = _DEFAULT_WAVES_PER_EU
     return space.for_backend(backend).validate(config)
+
+
+def _cdiv(a: int, b: int) -> int:
+    """``ceil(a / b)`` for positive integers (``triton.cdiv``)."""
+    return -(-a // b)
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    """A torch dtype's name as a :class:`~spectune.space.Problem` spells it (``bfloat16``)."""
+    return str(dtype).removeprefix("torch.")
 
 
 def rows_problem(*, num_tokens: int, vocab: int, dtype: torch.dtype) -> Problem:

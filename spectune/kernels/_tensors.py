@@ -10,6 +10,7 @@ from collections.abc import Callable, Collection, Mapping
 
 import torch
 
+from spectune.kernels._space_parts import dtype_name
 from spectune.space import DTYPES
 
 __all__ = [
@@ -18,7 +19,6 @@ __all__ = [
     "LOGITS_DTYPES",
     "check_state_rows",
     "check_token_ids",
-    "dtype_name",
     "require_tensor",
 ]
 
@@ -28,11 +28,6 @@ DTYPE_BY_NAME: dict[str, torch.dtype] = {name: getattr(torch, name) for name in 
 LOGITS_DTYPES: tuple[torch.dtype, ...] = tuple(DTYPE_BY_NAME.values())
 #: Dtypes accepted for token ids and cumulative counts.
 INDEX_DTYPES: tuple[torch.dtype, ...] = (torch.int32, torch.int64)
-
-
-def dtype_name(dtype: torch.dtype) -> str:
-    """A torch dtype's name as a :class:`~spectune.space.Problem` spells it (``bfloat16``)."""
-    return str(dtype).removeprefix("torch.")
 
 
 def require_tensor(

@@ -24,7 +24,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from spectune.kernels.rejection_constants import FIXED_POINT_BITS
+from spectune.kernels.rejection.rejection_sample_constants import FIXED_POINT_BITS
 
 __all__ = [
     "ROUNDED_DIV",

@@ -242,8 +242,7 @@ def _group(data: object, w: _Where) -> ShapeGroup:
     _known(data, {"kernels", "spec_lens", "batch_sizes", "vocab_sizes", "dtypes",
                   "draft_probs", "trials", "time_budget", "patience"}, w)
     assert isinstance(data, Mapping)
-    from spectune.kernels import FAMILIES
-    from spectune.kernels._family import declared_limits
+    from spectune.kernels import FAMILIES, declared_limits
 
     kernels = tuple(_list(data, "kernels", w, str, required=True))
     for kernel in kernels:

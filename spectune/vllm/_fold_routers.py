@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     import numpy as np
     import torch
 
-    from spectune.kernels import Mrv2Inputs
+    from spectune.kernels.rejection_mrv2 import Mrv2Inputs
 
 __all__ = ["MRV2_FOLDED_KERNEL", "V1_FOLDED_KERNEL", "Mrv2FoldRouter", "V1FoldRouter",
            "fold_router"]
@@ -143,7 +143,8 @@ class Mrv2FoldRouter(SeamRouter):
     def _configure_kernels(self) -> None:
         import sys
 
-        from spectune.kernels import LOGITS_DTYPES, MAX_VOCAB, Mrv2Inputs
+        from spectune.kernels import LOGITS_DTYPES, MAX_VOCAB
+        from spectune.kernels.rejection_mrv2 import Mrv2Inputs
 
         self._inputs_type = Mrv2Inputs
         self._max_vocab = MAX_VOCAB

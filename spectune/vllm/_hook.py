@@ -269,10 +269,12 @@ def on_worker_init(vllm_config: Any, *, at_first_call: bool | None = None) -> No
         if at_first_call:
             # The device is identified at the first call: before that, vLLM may not have
             # selected this worker's GPU, and we create no device context of our own.
-            # Meanwhile the kernels and the database layer are imported in the
+            # Meanwhile the routed families' kernels and the database layer are imported in the
             # background, off vLLM's startup path (the model loads in the meantime).
+            kernels = tuple(each.kernel for each in (router, *router.companions)
+                            if each.installed)
             STATE.prefetch = threading.Thread(
-                target=_prefetch, name="spectune-prefetch", daemon=True
+                target=_prefetch, args=kernels, name="spectune-prefetch", daemon=True
             )
             STATE.prefetch.start()
         else:
@@ -315,10 +317,13 @@ def why_not_routed(vllm_config: Any) -> str:
     return ""
 
 
-def _prefetch() -> None:
-    """Import what the first verification call needs: kernels, database reader."""
+def _prefetch(*kernels: str) -> None:
+    """Import what the first verification call needs: the routed families' kernels (and
+    only those), the database reader."""
     try:
-        import spectune.db
-        import spectune.kernels  # noqa: F401
+        import spectune.db  # noqa: F401
+        from spectune.kernels import preload
+
+        preload(*kernels)
     except Exception:  # the first call imports them again and reports the error
         logger.debug("spectune: prefetch failed", exc_info=True)

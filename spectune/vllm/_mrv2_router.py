@@ -24,7 +24,7 @@ from spectune.vllm._router import SeamRouter
 if TYPE_CHECKING:
     import torch
 
-    from spectune.kernels import Mrv2Inputs
+    from spectune.kernels.rejection_mrv2 import Mrv2Inputs
 
 __all__ = ["MRV2_KERNEL", "MRV2_MODULE", "Mrv2Router"]
 
@@ -51,7 +51,8 @@ class Mrv2Router(SeamRouter):
         self._inputs_type: type[Mrv2Inputs] | None = None
 
     def _configure_kernels(self) -> None:
-        from spectune.kernels import LOGITS_DTYPES, MAX_VOCAB, Mrv2Inputs
+        from spectune.kernels import LOGITS_DTYPES, MAX_VOCAB
+        from spectune.kernels.rejection_mrv2 import Mrv2Inputs
 
         self._inputs_type = Mrv2Inputs
         self._max_vocab = MAX_VOCAB

@@ -157,9 +157,10 @@ class SeamRouter:
         installs the router at once and imports the kernels in the background until the
         first call activates it.
         """
-        from spectune.kernels import get_family
+        from spectune.kernels import get_family, preload
 
         self._family = get_family(self.kernel)
+        preload(self.kernel)  # the family's kernels now, not at its first call
         self._configure_kernels()
         self.configs = configs
         self._shape_configs.clear()

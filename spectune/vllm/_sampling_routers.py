@@ -119,10 +119,10 @@ class TopKTopPRouter(SamplingRouter):
 
     def _configure_kernels(self) -> None:
         from spectune.kernels import top_k_top_p
-        from spectune.kernels.topk_topp_space import problem_for
+        from spectune.kernels.sampling import rows_problem
 
         super()._configure_kernels()
-        self._launcher, self._problem_for = top_k_top_p, problem_for
+        self._launcher, self._problem_for = top_k_top_p, rows_problem
 
     def apply_top_k_top_p(
         self, logits: torch.Tensor, k: torch.Tensor | None, p: torch.Tensor | None
@@ -185,10 +185,10 @@ class TemperatureRouter(_StateParamRouter):
 
     def _configure_kernels(self) -> None:
         from spectune.kernels import apply_temperature
-        from spectune.kernels.temperature_space import problem_for
+        from spectune.kernels.sampling import rows_problem
 
         super()._configure_kernels()
-        self._launcher, self._problem_for = apply_temperature, problem_for
+        self._launcher, self._problem_for = apply_temperature, rows_problem
 
     def apply_temperature(self, logits: torch.Tensor, expanded_idx_mapping: torch.Tensor,
                           temperature: torch.Tensor) -> None:
@@ -207,10 +207,10 @@ class MinPRouter(_StateParamRouter):
 
     def _configure_kernels(self) -> None:
         from spectune.kernels import apply_min_p
-        from spectune.kernels.min_p_space import problem_for
+        from spectune.kernels.sampling import rows_problem
 
         super()._configure_kernels()
-        self._launcher, self._problem_for = apply_min_p, problem_for
+        self._launcher, self._problem_for = apply_min_p, rows_problem
 
     def apply_min_p(self, logits: torch.Tensor, expanded_idx_mapping: torch.Tensor,
                     min_p: torch.Tensor) -> None:
@@ -229,10 +229,10 @@ class GumbelRouter(SamplingRouter):
 
     def _configure_kernels(self) -> None:
         from spectune.kernels import gumbel_sample
-        from spectune.kernels.gumbel_space import problem_for
+        from spectune.kernels.sampling import rows_problem
 
         super()._configure_kernels()
-        self._launcher, self._problem_for = gumbel_sample, problem_for
+        self._launcher, self._problem_for = gumbel_sample, rows_problem
 
     def gumbel_sample(
         self,

@@ -29,7 +29,8 @@ from spectune.vllm._router import SeamRouter
 from spectune.vllm._settings import RNG_FUSED, RNG_VLLM
 
 if TYPE_CHECKING:
-    from spectune.kernels import KernelFamily, RejectionInputs
+    from spectune.kernels import KernelFamily
+    from spectune.kernels.rejection import RejectionInputs
     from spectune.vllm._fold_routers import V1FoldRouter
 
 __all__ = [
@@ -81,7 +82,8 @@ class Router(SeamRouter):
         return f"Router({state}, installed={self.installed}, rng={self.rng!r}, {self.stats})"
 
     def _configure_kernels(self) -> None:
-        from spectune.kernels import LOGITS_DTYPES, MAX_VOCAB, RejectionInputs
+        from spectune.kernels import LOGITS_DTYPES, MAX_VOCAB
+        from spectune.kernels.rejection import RejectionInputs
 
         self._inputs_type = RejectionInputs
         self._max_vocab = MAX_VOCAB

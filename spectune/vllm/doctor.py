@@ -320,7 +320,7 @@ def run_mrv2_self_test(router: Mrv2Router, device: torch.device) -> SelfTest:
 def _run_mrv2(router: Mrv2Router, device: torch.device, start: int) -> SelfTest:
     from vllm.triton_utils import HAS_TRITON
 
-    from spectune.kernels import mrv2_results_agree, rejection_sample_mrv2_reference
+    from spectune.kernels.rejection_mrv2 import mrv2_results_agree, rejection_sample_mrv2_reference
 
     runner = "Model Runner V2"
     gen = torch.Generator().manual_seed(0)

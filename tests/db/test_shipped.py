@@ -81,7 +81,7 @@ def test_loading_the_shipped_database_writes_nothing() -> None:
     assert HEAD_REVISION == "0003"
 
 
-def test_reading_imports_no_triton_torch_kernels_autotune_vllm_or_alembic() -> None:
+def test_reading_imports_no_triton_torch_kernels_tuner_vllm_or_alembic() -> None:
     code = (
         "import sys\n"
         "from spectune.db import load_index\n"

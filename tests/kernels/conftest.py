@@ -10,7 +10,7 @@ from typing import TypeVar
 import pytest
 import torch
 
-from spectune.kernels import RejectionInputs
+from spectune.kernels.rejection import RejectionInputs
 
 #: Where the kernel tests run: CPU tensors through Triton's interpreter (the default, and
 #: CI), or a GPU natively (``SPECTUNE_TEST_DEVICE=cuda``, as scripts/gpu_check.sh does).

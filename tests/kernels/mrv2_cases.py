@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 
 import torch
 
-from spectune.kernels import Mrv2Inputs
+from spectune.kernels.rejection_mrv2 import Mrv2Inputs
 
 __all__ = ["TEMPERATURES", "Mrv2Case", "build_mrv2", "fuzz_cases", "output_lists"]
 

@@ -7,8 +7,8 @@ argument, the first bad index and the id (``validate=True``, the default; with
 never outside its row).
 
 Non-finite values have a defined result, the same on every backend and config, and the
-references' (:mod:`spectune.kernels.rejection_reference`,
-:mod:`spectune.kernels.rejection_mrv2_reference`):
+references' (:mod:`spectune.kernels.rejection.rejection_sample_ref`,
+:mod:`spectune.kernels.rejection_mrv2.rejection_sample_mrv2_ref`):
 
 * greedy: ``torch.argmax`` of the row, what vLLM's greedy verification runs (a NaN is the
   max: the first NaN; else the first max, +inf included);
@@ -24,8 +24,8 @@ Every token is in ``[0, V)`` or the ``-1`` placeholder.
 
 Folded (the sampling parameters applied inside the kernels: V1's ``temperature``,
 ``top_k``, ``top_p``, ``min_p``; MRV2's ``apply_sampling_params``), the tokens are those of
-the parameters applied first (:func:`~spectune.kernels.rejection_folded_reference.unfolded_v1`,
-:func:`~spectune.kernels.rejection_folded_reference.unfolded_mrv2`), then the above: a
+the parameters applied first (:func:`~spectune.kernels.rejection.unfolded_v1`,
+:func:`~spectune.kernels.rejection_mrv2.unfolded_mrv2`), then the above: a
 row keeps its kind through them (a NaN has the largest key, so no mask drops it; +inf
 and only -inf stay), and a greedy row is not processed, its argmax the raw row's.
 """
@@ -39,20 +39,18 @@ from dataclasses import replace
 import pytest
 import torch
 
-from spectune.kernels import (
+from spectune.kernels import rejection_sample, rejection_sample_mrv2
+from spectune.kernels.rejection import RejectionInputs, rejection_sample_reference, unfolded_v1
+from spectune.kernels.rejection_mrv2 import (
     Mrv2Inputs,
-    RejectionInputs,
-    rejection_sample,
-    rejection_sample_mrv2,
     rejection_sample_mrv2_reference,
-    rejection_sample_reference,
+    unfolded_mrv2,
 )
-from spectune.kernels.rejection_folded_reference import unfolded_mrv2, unfolded_v1
 from tests.kernels.conftest import on_device
+from tests.kernels.rejection.test_rejection import _call, _good
+from tests.kernels.rejection_mrv2.test_rejection_mrv2 import _set, _valid_inputs
+from tests.kernels.rejection_mrv2.test_rejection_mrv2 import on_device as mrv2_on_device
 from tests.kernels.test_folded_verification import _TEMPERATURES, _cycle
-from tests.kernels.test_rejection import _call, _good
-from tests.kernels.test_rejection_mrv2 import _set, _valid_inputs
-from tests.kernels.test_rejection_mrv2 import on_device as mrv2_on_device
 
 pytestmark = [
     # numpy's warnings from the interpreter evaluating both sides of a tl.where,

@@ -1,15 +1,17 @@
-"""A family's source hash covers its kernels and launcher: their code, not their text.
+"""A family's source hash covers its kernels and launcher: their code, not their text,
+nor where their modules live.
 
 The unit tests check :func:`canonical_code` on small sources. The package tests copy
 ``spectune/`` to a temporary folder, edit one file of the copy, import the copy in a
 fresh interpreter and read ``family_hashes()`` from it: what every tuned row is checked
-against.
+against. The hashes are pinned: those of the kernels before they moved into family
+subpackages (commit fbfd1de), so every row tuned before the move is still used.
 """
 
 from __future__ import annotations
 
 import hashlib
-import inspect
+import importlib.util
 import json
 import os
 import shutil
@@ -19,7 +21,8 @@ from pathlib import Path
 
 import pytest
 
-from spectune.kernels import FAMILIES, _code_hash, family_hashes
+# White-box: the hash's own module.
+from spectune.kernels import FAMILIES, _code_hash, family_hashes, gumbel_sample
 from spectune.kernels._code_hash import canonical_code, code_digest, code_hash
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -103,23 +106,78 @@ def test_canonical_text_leaves_out_empty_fields() -> None:
     )
 
 
+#: Every family's source hash at commit fbfd1de, the last one with every kernel module
+#: flat in spectune/kernels/ (``git worktree add /tmp/fbfd1de fbfd1de``; there,
+#: ``python -c "import spectune.kernels as k; print(k.family_hashes())"``). The move into
+#: family subpackages changed no kernel's code, so it changed no hash: every row tuned
+#: before it is still used. An edit of a family's hashed code changes its hash on
+#: purpose (its tuned rows go stale): update the value here with it.
+PINNED_HASHES = {
+    "rejection_sample": "77a8bd135a11bb18",
+    "rejection_sample_mrv2": "f65ef80eabad1517",
+    "rejection_sample_folded": "77a8bd135a11bb18",
+    "rejection_sample_mrv2_folded": "f65ef80eabad1517",
+    "gumbel_sample": "a88467a306e89b67",
+    "temperature": "013bbb3434f05cea",
+    "min_p": "42dd645a41f91389",
+    "top_k_top_p": "17b3212e85c41995",
+    "sample": "c96d7d300629b10e",
+}
+
+
+def test_the_hashes_are_the_pinned_ones() -> None:
+    assert family_hashes() == PINNED_HASHES
+
+
+@pytest.mark.parametrize(
+    "moved,before",
+    [
+        ("from spectune.kernels.rejection.rejection_sample_space import FOLDED as _folded_space",
+         "from spectune.kernels import rejection_folded_space as _folded_space"),
+        ("from spectune.kernels.rejection_mrv2.rejection_sample_mrv2_space import (\n"
+         "    FOLDED as _folded_space,\n)",
+         "from spectune.kernels import rejection_mrv2_folded_space as _folded_space"),
+        ("from spectune.kernels.rejection.rejection_sample_constants import MAX_VOCAB, GROUP",
+         "from spectune.kernels.rejection_constants import MAX_VOCAB, GROUP"),
+        ("from spectune.kernels.sampling.top_k_top_p_space import default_config",
+         "from spectune.kernels.topk_topp_space import default_config"),
+        ("from spectune.kernels.sampling import sample_space as s",
+         "from spectune.kernels import sampling_space as s"),
+        ("import spectune.kernels.sampling.gumbel_sample as g",
+         "import spectune.kernels.gumbel as g"),
+    ],
+)
+def test_moved_imports_are_written_as_before_the_move(moved: str, before: str) -> None:
+    assert canonical_code(moved) == canonical_code(before)
+    assert canonical_code(f"def f():\n    {moved.replace(chr(10), '')}\n") == canonical_code(
+        f"def f():\n    {before}\n")
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "from spectune.kernels._reductions import split_row",
+        "from spectune.kernels import _launch, _reductions",
+        "from . import rejection_sample_space",
+        "from spectune.kernels.sampling import rows_problem",
+        "import triton.language as tl",
+    ],
+)
+def test_other_imports_are_written_as_they_are(source: str) -> None:
+    import ast
+
+    node = ast.parse(source).body[0]
+    assert isinstance(node, ast.Import | ast.ImportFrom)
+    assert _code_hash._as_before_moves(node) is node
+
+
 def test_the_registered_hashes_are_code_hashes() -> None:
-    from spectune.kernels import (
-        _counter_rng,
-        _launch,
-        _reductions,
-        gumbel,
-        min_p,
-        rejection,
-        rejection_constants,
-        rejection_mrv2,
-        rejection_mrv2_constants,
-        sampling,
-        temperature,
-        topk_topp,
-    )
-    from spectune.kernels import _folding as folding
-    from spectune.kernels import _truncation as truncation
+    k = "spectune.kernels."
+    v1, mrv2 = k + "rejection.rejection_sample", k + "rejection_mrv2.rejection_sample_mrv2"
+    v1_constants = k + "rejection.rejection_sample_constants"
+    mrv2_constants = k + "rejection_mrv2.rejection_sample_mrv2_constants"
+    counter_rng, launch, reductions = k + "_counter_rng", k + "_launch", k + "_reductions"
+    folding, truncation = k + "_folding", k + "_truncation"
 
     assert family_hashes() == {name: f.source_hash for name, f in FAMILIES.items()}
     assert sorted(family_hashes()) == [
@@ -127,29 +185,32 @@ def test_the_registered_hashes_are_code_hashes() -> None:
         "rejection_sample_mrv2", "rejection_sample_mrv2_folded", "sample", "temperature",
         "top_k_top_p",
     ]
-    assert family_hashes()["top_k_top_p"] == code_hash(topk_topp, truncation,
-                                                       rejection_constants, _launch)
+    assert family_hashes()["top_k_top_p"] == code_hash(k + "sampling.top_k_top_p", truncation,
+                                                       v1_constants, launch)
     assert family_hashes()["sample"] == code_hash(
-        sampling, truncation, _counter_rng, _reductions, rejection_constants, _launch)
-    assert family_hashes()["gumbel_sample"] == code_hash(gumbel, _counter_rng, _reductions,
-                                                         _launch)
-    assert family_hashes()["temperature"] == code_hash(temperature, _launch)
-    assert family_hashes()["min_p"] == code_hash(min_p, _reductions, _launch)
+        k + "sampling.sample", truncation, counter_rng, reductions, v1_constants, launch)
+    assert family_hashes()["gumbel_sample"] == code_hash(k + "sampling.gumbel_sample",
+                                                         counter_rng, reductions, launch)
+    assert family_hashes()["temperature"] == code_hash(k + "sampling.temperature", launch)
+    assert family_hashes()["min_p"] == code_hash(k + "sampling.min_p", reductions, launch)
     with pytest.raises(TypeError, match="code hashes are of modules"):
-        code_hash(gumbel.gumbel_sample)  # type: ignore[arg-type]
+        code_hash(gumbel_sample)  # type: ignore[arg-type]
     assert family_hashes()["rejection_sample"] == code_hash(
-        rejection, rejection_constants, _reductions, _launch, folding, truncation
+        v1, v1_constants, reductions, launch, folding, truncation
     )
     assert family_hashes()["rejection_sample_mrv2"] == code_hash(
-        rejection_mrv2, rejection_mrv2_constants, _counter_rng, rejection_constants, _reductions,
-        _launch, folding, truncation,
+        mrv2, mrv2_constants, counter_rng, v1_constants, reductions, launch, folding, truncation,
     )
     # The folded families launch the same kernels (their own names, spaces and rows).
     assert family_hashes()["rejection_sample_folded"] == family_hashes()["rejection_sample"]
     assert (family_hashes()["rejection_sample_mrv2_folded"]
             == family_hashes()["rejection_sample_mrv2"])
-    assert len(code_hash(rejection)) == 16
-    assert code_hash(rejection) != code_hash(rejection, rejection_constants)
+    assert len(code_hash(v1)) == 16
+    assert code_hash(v1) != code_hash(v1, v1_constants)
+    # A module object hashes as its name does.
+    import spectune.kernels.rejection.rejection_sample as v1_module
+
+    assert code_hash(v1_module) == code_hash(v1)
 
 
 # --------------------------------------------------------------------------------------
@@ -159,36 +220,41 @@ def test_the_registered_hashes_are_code_hashes() -> None:
 # (file under spectune/kernels, text in it, its replacement) per edit.
 _SAME = {
     "kernel module docstring": (
-        "rejection.py", "Chain verification of speculative drafts: greedy and rejection",
+        "rejection/rejection_sample.py",
+        "Chain verification of speculative drafts: greedy and rejection",
         "Chain verification of speculative drafts, greedy and rejection"),
     "kernel docstring": (
         "_reductions.py", '"""Max of x[lo : lo + n_tiles * BLOCK_V] (clipped to vocab), first',
         '"""The max of x[lo : lo + n_tiles * BLOCK_V] (clipped to vocab), first'),
     "launcher docstring": (
-        "rejection.py", "Verify speculative drafts against target logits; vLLM 0.32 V1 semantics.",
+        "rejection/rejection_sample.py",
+        "Verify speculative drafts against target logits; vLLM 0.32 V1 semantics.",
         "Verify drafts against the target's logits, with vLLM 0.32's V1 semantics."),
     "kernel comment": (
         "_reductions.py", "# Strictly greater: an earlier tile keeps a tie (first index overall).",
         "# Strictly greater, so that an earlier tile keeps a tie.\n        # (Another line.)"),
     "formatting": (
-        "rejection.py", "    return req, start\n",
+        "rejection/rejection_sample.py", "    return req, start\n",
         "    return (\n        req,\n        start,\n    )\n"),
     "constants docstring": (
-        "rejection_constants.py", "Numbers the rejection-sampling kernels and the host code",
+        "rejection/rejection_sample_constants.py",
+        "Numbers the rejection-sampling kernels and the host code",
         "Values the rejection-sampling kernels and the host code"),
     "reference": (
-        "rejection_reference.py", "NEAR_TIE_RTOL = 1e-5", "NEAR_TIE_RTOL = 2e-5"),
+        "rejection/rejection_sample_ref.py", "NEAR_TIE_RTOL = 1e-5", "NEAR_TIE_RTOL = 2e-5"),
     "input generator": (
-        "rejection_inputs.py", "_LOGIT_SCALE = 2.0", "_LOGIT_SCALE = 3.0"),
+        "_synthetic_inputs.py", "_LOGIT_SCALE = 2.0", "_LOGIT_SCALE = 3.0"),
     "default config": (
-        "rejection_space.py", "_DEFAULT_BLOCK_V = 8192", "_DEFAULT_BLOCK_V = 4096"),
+        "rejection/rejection_sample_space.py",
+        "_DEFAULT_BLOCK_V = 8192", "_DEFAULT_BLOCK_V = 4096"),
     "shared space parts": (
         "_space_parts.py", "_DEFAULT_NUM_STAGES = 2", "_DEFAULT_NUM_STAGES = 3"),
     "family adapter": (
-        "rejection_family.py", '"""The problem ``inputs`` belong to',
+        "rejection/rejection_sample_family.py", '"""The problem ``inputs`` belong to',
         '"""The tuning problem of ``inputs``'),
     "mrv2 reference": (
-        "rejection_mrv2_reference.py", "MRV2_NEAR_TIE_RTOL = 1e-5", "MRV2_NEAR_TIE_RTOL = 2e-5"),
+        "rejection_mrv2/rejection_sample_mrv2_ref.py",
+        "MRV2_NEAR_TIE_RTOL = 1e-5", "MRV2_NEAR_TIE_RTOL = 2e-5"),
     "host random numbers": (
         "_counter_rng_host.py", "_RAND_SCALE = 4.6566127342e-10",
         "_RAND_SCALE = 4.6566127342e-10  # tl.rand's"),
@@ -203,13 +269,15 @@ V1F, MRV2F = "rejection_sample_folded", "rejection_sample_mrv2_folded"
 # Per edit: the families whose source hash it must change (and no other).
 _CHANGED = {
     "kernel code": (
-        "rejection.py", "other=2**31 - 1", "other=2**31 - 2", {V1, V1F}),
+        "rejection/rejection_sample.py", "other=2**31 - 1", "other=2**31 - 2", {V1, V1F}),
     "launcher code": (
-        "rejection.py", "_FINALIZE_NUM_WARPS = 1", "_FINALIZE_NUM_WARPS = 2", {V1, V1F}),
+        "rejection/rejection_sample.py",
+        "_FINALIZE_NUM_WARPS = 1", "_FINALIZE_NUM_WARPS = 2", {V1, V1F}),
     "input checks": (
-        "rejection.py", "if vocab > MAX_VOCAB:", "if vocab >= MAX_VOCAB:", {V1, V1F}),
+        "rejection/rejection_sample.py",
+        "if vocab > MAX_VOCAB:", "if vocab >= MAX_VOCAB:", {V1, V1F}),
     "shared constant": (
-        "rejection_constants.py", "FIXED_POINT_BITS = 42", "FIXED_POINT_BITS = 41",
+        "rejection/rejection_sample_constants.py", "FIXED_POINT_BITS = 42", "FIXED_POINT_BITS = 41",
         {V1, MRV2, TOPK_TOPP, SAMPLE, V1F, MRV2F}),
     "shared reduction": (
         "_reductions.py",
@@ -217,20 +285,22 @@ _CHANGED = {
         "return_indices=True)\n    return tl.load(index_ptr + row * SPLITS + which) + 0",
         {V1, MRV2, GUMBEL, MIN_P, SAMPLE, V1F, MRV2F}),
     "mrv2 kernel code": (
-        "rejection_mrv2.py", "scaled = (gsum.to(tl.float64) * scale + 0.5)",
+        "rejection_mrv2/rejection_sample_mrv2.py", "scaled = (gsum.to(tl.float64) * scale + 0.5)",
         "scaled = (gsum.to(tl.float64) * scale + 0.25)", {MRV2, MRV2F}),
     "random stream": (
         "_counter_rng.py", "h = rotl32(h ^ k, 13)", "h = rotl32(h ^ k, 12)",
         {MRV2, GUMBEL, SAMPLE, MRV2F}),
     "gumbel launcher code": (
-        "gumbel.py", "_REDUCE_NUM_WARPS = 1", "_REDUCE_NUM_WARPS = 2", {GUMBEL}),
+        "sampling/gumbel_sample.py", "_REDUCE_NUM_WARPS = 1", "_REDUCE_NUM_WARPS = 2", {GUMBEL}),
     "mrv2 constant": (
-        "rejection_mrv2_constants.py", "GROUP = tl.constexpr(256)", "GROUP = tl.constexpr(128)",
+        "rejection_mrv2/rejection_sample_mrv2_constants.py",
+        "GROUP = tl.constexpr(256)", "GROUP = tl.constexpr(128)",
         {MRV2, MRV2F}),
     "temperature kernel code": (
-        "temperature.py", "if temp == 0.0 or temp == 1.0:", "if temp == 0.0:", {TEMPERATURE}),
+        "sampling/temperature.py",
+        "if temp == 0.0 or temp == 1.0:", "if temp == 0.0:", {TEMPERATURE}),
     "min_p launcher code": (
-        "min_p.py", "if splits == 1:", "if splits == 0:", {MIN_P}),
+        "sampling/min_p.py", "if splits == 1:", "if splits == 0:", {MIN_P}),
     "threshold search": (
         "_truncation.py", "pivots = tl.minimum(tl.maximum(pivots, lo), hi - 1)",
         "pivots = tl.maximum(tl.minimum(pivots, hi - 1), lo)",
@@ -243,7 +313,7 @@ _CHANGED = {
         'options["waves_per_eu"] = chosen["waves_per_eu"] + 0',
         {V1, MRV2, GUMBEL, TEMPERATURE, MIN_P, TOPK_TOPP, SAMPLE, V1F, MRV2F}),
     "fused sampler launcher": (
-        "sampling.py", 'BLOCK_V=block, PIVOTS=config["PIVOTS"], USE_FP64=use_fp64',
+        "sampling/sample.py", 'BLOCK_V=block, PIVOTS=config["PIVOTS"], USE_FP64=use_fp64',
         'BLOCK_V=block, PIVOTS=config["PIVOTS"], USE_FP64=not use_fp64', {SAMPLE}),
 }
 
@@ -303,19 +373,24 @@ def test_edits_of_a_package_copy(tmp_path: Path) -> None:
 # --------------------------------------------------------------------------------------
 
 
-def _hashed_modules() -> list:
-    return sorted({m for f in FAMILIES.values() for m in f.source_modules},  # type: ignore[attr-defined]
-                  key=lambda m: m.__name__)
+def _hashed_modules() -> list[str]:
+    return sorted({m for f in FAMILIES.values() for m in f.source_modules})  # type: ignore[attr-defined]
+
+
+def _text(name: str) -> str:
+    spec = importlib.util.find_spec(name)
+    assert spec is not None and spec.origin is not None
+    return Path(spec.origin).read_text(encoding="utf-8")
 
 
 def test_the_shipped_memo_is_current() -> None:
     memo = json.loads(_code_hash.MEMO_FILE.read_text(encoding="utf-8"))
-    assert sorted(memo) == [m.__name__ for m in _hashed_modules()], (
+    assert sorted(memo) == _hashed_modules(), (
         "spectune/data/code_hashes.json is out of date: run python scripts/update_code_hashes.py"
     )
-    for module in _hashed_modules():
-        source = inspect.getsource(module)
-        assert memo[module.__name__] == {
+    for name in _hashed_modules():
+        source = _text(name)
+        assert memo[name] == {
             "text": hashlib.sha256(source.encode()).hexdigest(),
             "code": hashlib.sha256(canonical_code(source).encode()).hexdigest(),
         }, ("spectune/data/code_hashes.json is out of date: run "
@@ -325,14 +400,13 @@ def test_the_shipped_memo_is_current() -> None:
 def test_the_memo_is_used_only_for_the_recorded_text(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from spectune.kernels import rejection
-
-    parsed = hashlib.sha256(canonical_code(inspect.getsource(rejection)).encode()).hexdigest()
-    text = hashlib.sha256(inspect.getsource(rejection).encode()).hexdigest()
+    rejection = "spectune.kernels.rejection.rejection_sample"
+    parsed = hashlib.sha256(canonical_code(_text(rejection)).encode()).hexdigest()
+    text = hashlib.sha256(_text(rejection).encode()).hexdigest()
     memo = tmp_path / "code_hashes.json"
     monkeypatch.setattr(_code_hash, "MEMO_FILE", memo)
     for recorded_text, expected in ((text, "c0de"), ("an edited kernel", parsed)):
-        memo.write_text(json.dumps({rejection.__name__: {"text": recorded_text, "code": "c0de"}}))
+        memo.write_text(json.dumps({rejection: {"text": recorded_text, "code": "c0de"}}))
         _code_hash._memo.cache_clear()
         try:
             assert code_digest(rejection) == expected

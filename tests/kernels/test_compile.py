@@ -26,9 +26,12 @@ import triton, triton.language as tl
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
-from spectune.kernels import _folding, rejection, rejection_mrv2
+# White-box: the kernels themselves, by module.
+import spectune.kernels.rejection.rejection_sample as rejection
+import spectune.kernels.rejection_mrv2.rejection_sample_mrv2 as rejection_mrv2
+from spectune.kernels import _folding
 from spectune.kernels._truncation import ROUNDED_DIV, TRITON_DIV
-from spectune.kernels.rejection_constants import FIXED_POINT_BITS
+from spectune.kernels.rejection.rejection_sample_constants import FIXED_POINT_BITS
 
 TYPES = {
     "x_ptr": "*bf16", "dp_ptr": "*fp32", "draft_ptr": "*i32", "cu_ptr": "*i32",

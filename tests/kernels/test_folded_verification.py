@@ -3,8 +3,8 @@
 Both verification families can read raw target logits and apply each request's
 temperature, min-p, top-k and top-p to every value they load. The rule held here: the
 folded tokens are bit for bit (``torch.equal``) those of the chain they replace, the
-parameters applied first (:func:`~spectune.kernels.process_v1`,
-:func:`~spectune.kernels.process_mrv2`) and the unfolded kernel run on the processed
+parameters applied first (:func:`~spectune.kernels.rejection.process_v1`,
+:func:`~spectune.kernels.rejection_mrv2.process_mrv2`) and the unfolded kernel run on the processed
 rows. Also: every config of the folded spaces gives the same tokens, folding changes
 tokens where it should (so the comparisons can fail), the two folded families' adapters
 are consistent, and bad parameters are refused by name.
@@ -20,23 +20,14 @@ import pytest
 import torch
 
 from spectune.identity import backend_of
-from spectune.kernels import (
-    FAMILIES,
-    Mrv2Inputs,
+from spectune.kernels import FAMILIES, get_family, rejection_sample, rejection_sample_mrv2
+from spectune.kernels.rejection import (
     RejectionInputs,
-    process_mrv2,
-    process_v1,
-    rejection_folded_space,
-    rejection_mrv2_folded_space,
-    rejection_sample,
-    rejection_sample_mrv2,
-)
-from spectune.kernels.rejection_folded_family import (
-    MRV2_FOLDED,
-    V1_FOLDED,
     draw_sampling_params,
+    process_v1,
+    unfolded_v1,
 )
-from spectune.kernels.rejection_folded_reference import unfolded_mrv2, unfolded_v1
+from spectune.kernels.rejection_mrv2 import Mrv2Inputs, process_mrv2, unfolded_mrv2
 from spectune.space import Problem, SearchSpace
 from tests.kernels.conftest import DEVICE, Case, build, on_device
 from tests.kernels.mrv2_cases import Mrv2Case, build_mrv2, output_lists
@@ -47,6 +38,8 @@ pytestmark = pytest.mark.filterwarnings(
 )
 
 BACKEND = backend_of(DEVICE)
+V1_FOLDED = get_family("rejection_sample_folded")
+MRV2_FOLDED = get_family("rejection_sample_mrv2_folded")
 _F32, _BF16, _F16 = torch.float32, torch.bfloat16, torch.float16
 
 # Per-request parameter values a batch cycles through (each case starts at its own
@@ -351,8 +344,8 @@ def _sample_configs(space: SearchSpace, fixed: list[dict[str, int]], count: int,
     return chosen
 
 
-V1_SPACE = rejection_folded_space.search_space(BACKEND)
-MRV2_SPACE = rejection_mrv2_folded_space.search_space(BACKEND)
+V1_SPACE = V1_FOLDED.search_space(BACKEND)
+MRV2_SPACE = MRV2_FOLDED.search_space(BACKEND)
 # Small tiles, many splits, both pivot extremes (PIVOTS * BLOCK_T <= 2**17), big tiles.
 V1_CONFIGS = _sample_configs(V1_SPACE, [
     {"BLOCK_V": 256, "SPLITS": 4, "BLOCK_T": 256, "PIVOTS": 4, "num_warps": 4},
@@ -545,11 +538,13 @@ def test_families_are_registered() -> None:
     assert FAMILIES["rejection_sample_mrv2_folded"] is MRV2_FOLDED
     assert V1_FOLDED.name == "rejection_sample_folded"
     assert MRV2_FOLDED.name == "rejection_sample_mrv2_folded"
-    for folded, plain, space in ((V1_FOLDED, "rejection_sample", rejection_folded_space),
-                                 (MRV2_FOLDED, "rejection_sample_mrv2",
-                                  rejection_mrv2_folded_space)):
-        assert folded.search_space(BACKEND) == space.search_space(BACKEND)
-        assert {"BLOCK_T", "PIVOTS"} <= set(folded.search_space(BACKEND).names)
+    for folded, plain in ((V1_FOLDED, "rejection_sample"),
+                          (MRV2_FOLDED, "rejection_sample_mrv2")):
+        # The space the launcher validates a folded launch against (its space module's
+        # FOLDED): the unfolded family's parameters and the pre-pass's tile and pivots.
+        assert folded.space is FAMILIES[plain].space.FOLDED  # type: ignore[attr-defined]
+        assert (set(folded.search_space(BACKEND).names)
+                == set(FAMILIES[plain].search_space(BACKEND).names) | {"BLOCK_T", "PIVOTS"})
         # The same kernels, so the same code hash; rows are told apart by family name.
         assert folded.source_modules == FAMILIES[plain].source_modules
         assert folded.source_hash == FAMILIES[plain].source_hash
@@ -577,14 +572,14 @@ def test_family_round_trip(case: tuple[Any, Problem]) -> None:
     again = family.make_inputs(problem, seed=7, device=DEVICE)
     assert torch.equal(again.top_k, inputs.top_k) and torch.equal(again.top_p, inputs.top_p)
 
-    space = rejection_folded_space if is_v1 else rejection_mrv2_folded_space
+    plain = FAMILIES["rejection_sample" if is_v1 else "rejection_sample_mrv2"]
     config = family.default_config(problem, BACKEND)
-    assert config == space.default_config(problem, BACKEND)
+    unfolded = plain.default_config(problem, BACKEND)
+    assert {name: config[name] for name in unfolded} == unfolded
     assert family.search_space(BACKEND).is_valid(config)
     out = family.launch(inputs, config)
     assert family.same(family.reference(inputs), out)
     chain = unfolded_v1(inputs) if is_v1 else unfolded_mrv2(inputs)
-    plain = FAMILIES["rejection_sample" if is_v1 else "rejection_sample_mrv2"]
     plain_config = plain.default_config(plain.problem_of(chain), BACKEND)
     assert family.same(out, plain.launch(chain, plain_config))
     # The launcher's own default (config=None) is the family's default.

@@ -1,12 +1,12 @@
 """vLLM 0.32's Model Runner V2 verification and sampling kernels, run by Triton (or its
 interpreter).
 
-The oracle of :mod:`tests.kernels.test_rejection_mrv2_vs_vllm`: vLLM's own
+The oracle of :mod:`tests.kernels.rejection_mrv2.test_rejection_mrv2_vs_vllm`: vLLM's own
 ``rejection_sample`` from ``vllm/v1/worker/gpu/spec_decode/rejection_sampler_utils.py``,
 source untouched, with the Gumbel helpers of ``vllm/v1/worker/gpu/sample/gumbel.py``;
-and of the sampling tests (:mod:`tests.kernels.test_gumbel`,
-:mod:`tests.kernels.test_temperature`, :mod:`tests.kernels.test_min_p`): that module's
-``gumbel_sample`` and ``apply_temperature``, and ``apply_min_p`` from
+and of the sampling tests (:mod:`tests.kernels.sampling.test_gumbel_sample`,
+:mod:`tests.kernels.sampling.test_temperature`, :mod:`tests.kernels.sampling.test_min_p`):
+that module's ``gumbel_sample`` and ``apply_temperature``, and ``apply_min_p`` from
 ``vllm/v1/worker/gpu/sample/min_p.py``.
 
 Why a loader: those modules take ``tl``, ``tldevice`` and ``triton`` from

@@ -13,8 +13,7 @@ import pytest
 from click.testing import CliRunner, Result
 
 from spectune.cli import main
-from spectune.kernels import FAMILIES, MAX_VOCAB
-from spectune.kernels._family import ProblemLimits, declared_limits
+from spectune.kernels import FAMILIES, MAX_VOCAB, ProblemLimits, declared_limits
 from spectune.tuning.sweep import MAX_SEED, SweepOptions, max_workers
 from tests.tuning.toy_family import ToySumFamily
 

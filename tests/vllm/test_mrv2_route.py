@@ -265,7 +265,7 @@ def test_a_routed_call_reads_no_tensor_contents_on_the_host(router: Mrv2Router) 
     """The router and the launcher size everything by shapes: no ``.item()``, no
     ``nonzero`` (on a GPU each would wait for the device, or size a buffer by data).
     Under the interpreter the kernels themselves only copy tensors."""
-    from spectune.kernels import rejection_mrv2
+    from spectune.kernels import rejection_sample_mrv2
 
     args = batch(COUNTS, 97, seed=9)
     temperature = torch.tensor(TEMPERATURES, dtype=torch.float32)
@@ -281,5 +281,5 @@ def test_a_routed_call_reads_no_tensor_contents_on_the_host(router: Mrv2Router) 
     assert sampled.shape == (len(COUNTS), K + 1) and num_sampled.shape == (len(COUNTS),)
     # The same recorder sees the contents checks a direct caller gets with validate=True.
     with recorder:
-        rejection_mrv2.rejection_sample_mrv2(*call, validate=True)
+        rejection_sample_mrv2(*call, validate=True)
     assert "_local_scalar_dense" in recorder.seen

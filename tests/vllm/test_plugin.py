@@ -218,6 +218,12 @@ def test_serving_imports_no_tuner_and_no_sqlalchemy(tmp_path: Path) -> None:
     assert probe["routed"] and probe["usable"] == 1
     new = set(probe["new"])
     assert "spectune.vllm._v1_router" in new and "spectune.kernels" in new
+    # The V1 runner's kernels, and no kernel of a family it does not route.
+    assert "spectune.kernels.rejection.rejection_sample" in new
+    not_routed = {"spectune.kernels.rejection_mrv2.rejection_sample_mrv2",
+                  "spectune.kernels.sampling.temperature", "spectune.kernels.sampling.min_p",
+                  "spectune.kernels.sampling.gumbel_sample", "spectune.kernels.sampling.sample"}
+    assert not new & not_routed, sorted(new & not_routed)
     forbidden = {"optuna", "scipy", "matplotlib", "sqlalchemy", "alembic", "click", "rich",
                  "spectune.search", "spectune.cli", "spectune.vllm.doctor"}
     assert not new & forbidden, sorted(new & forbidden)

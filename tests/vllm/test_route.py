@@ -23,7 +23,7 @@ from vllm.v1.sample.sampler import Sampler
 from vllm.v1.spec_decode.metadata import SpecDecodeMetadata
 
 from spectune.identity import detect_device
-from spectune.kernels import RejectionInputs
+from spectune.kernels.rejection import RejectionInputs
 from spectune.space import Problem
 from spectune.vllm._configs import Lookup, TunedConfigs
 from spectune.vllm._hook import platform_overrides_only

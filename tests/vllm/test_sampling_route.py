@@ -29,7 +29,7 @@ import vllm.v1.worker.gpu.sample.states as mrv2_states
 import vllm.v1.worker.gpu.spec_decode.speculator as mrv2_speculator
 
 from spectune.identity import detect_device
-from spectune.kernels import top_k_top_p_reference, top_k_top_p_results_agree
+from spectune.kernels.sampling import top_k_top_p_reference, top_k_top_p_results_agree
 from spectune.vllm._configs import TunedConfigs
 from spectune.vllm._mrv2_router import Mrv2Router
 from spectune.vllm._sampling_routers import (
