@@ -89,6 +89,7 @@ def test_reading_imports_no_triton_torch_kernels_tuner_vllm_or_alembic() -> None
         "load_index(device=DeviceIdentity('hip', 'gfx942', 'X', 1, 64),\n"
         "           software=SoftwareIdentity('3', '2', 'r', '0'), kernel_hashes={})\n"
         "bad = [m for m in ('triton', 'torch', 'spectune.kernels', 'spectune.search',\n"
+        "                   'spectune.tuning',\n"
         "                   'vllm', 'alembic') if m in sys.modules]\n"
         "print(bad)\n"
     )

@@ -225,7 +225,7 @@ def test_serving_imports_no_tuner_and_no_sqlalchemy(tmp_path: Path) -> None:
                   "spectune.kernels.sampling.gumbel_sample", "spectune.kernels.sampling.sample"}
     assert not new & not_routed, sorted(new & not_routed)
     forbidden = {"optuna", "scipy", "matplotlib", "sqlalchemy", "alembic", "click", "rich",
-                 "spectune.search", "spectune.cli", "spectune.vllm.doctor"}
+                 "spectune.search", "spectune.tuning", "spectune.cli", "spectune.vllm.doctor"}
     assert not new & forbidden, sorted(new & forbidden)
 
 
