@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from spectune.autotune.nightly import NightReport, Work
-    from spectune.db._night_history import NightlyResult
+    from spectune.db import NightlyResult
 
 __all__ = ["report_json", "shape_label", "write_report"]
 
