@@ -99,7 +99,9 @@ def main() -> int:
                     None)
         run["vs_linear"] = (None if base is None else
                             run["trials_per_s"] / (run["workers"] * base["trials_per_s"]))
-        run["busy_vs_linear"] = None if base is None else run["busy"] / base["busy"]
+        # --scale 0 sleeps nothing: no busy time to compare ("-").
+        run["busy_vs_linear"] = (None if base is None or not base["busy"] else
+                                 run["busy"] / base["busy"])
     print()
     print(table(runs))
     if args.json:

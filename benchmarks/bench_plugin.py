@@ -15,6 +15,11 @@ prepared inputs.
 
     TRITON_INTERPRET=1 python benchmarks/bench_plugin.py             # CPU host
     python benchmarks/bench_plugin.py --json out.json                # on a GPU
+    TRITON_INTERPRET=1 python benchmarks/bench_plugin.py --quick     # smoke run
+
+``--quick`` (100 rows, one cold start per path, no warm-up start, a few calls, one
+routed call, the calls timed in the CPU path's process) only proves that every part
+runs; its figures mean nothing.
 
 On CPU the kernels run under Triton's interpreter (milliseconds per launch), so the
 routed-vs-direct difference is within noise there; the preparation figure is exact.
@@ -114,7 +119,7 @@ def child_startup() -> dict[str, float]:
     from spectune.vllm._configs import TunedConfigs
 
     mark = time.perf_counter()
-    configs = TunedConfigs.load()
+    configs = TunedConfigs.load(families=router.families)  # as Router.activate loads
     ms["of_which_db_load"] = (time.perf_counter() - mark) * 1e3
     if configs.usable == 0:
         raise SystemExit("no usable rows loaded")
@@ -159,7 +164,7 @@ def child_startup_gpu_path() -> dict[str, float]:
     # What the first call does (Router.activate), less the log line and the CPU-only
     # expand step: identify the device, load the configs, configure the router.
     mark = time.perf_counter()
-    configs = TunedConfigs.load()
+    configs = TunedConfigs.load(families=router.families)
     router.configure(configs)
     ms["first_call_load"] = (time.perf_counter() - mark) * 1e3
     if configs.usable == 0:
@@ -168,8 +173,9 @@ def child_startup_gpu_path() -> dict[str, float]:
     return ms
 
 
-def child_calls(calls: int) -> dict[str, float]:
-    """Host cost per routed call, on a router configured from the database."""
+def child_calls(calls: int, *, routed_calls: int) -> dict[str, float]:
+    """Host cost per routed call, on a router configured from the database; the routed
+    call against the direct one timed ``routed_calls`` times."""
     import torch
     import vllm._custom_ops  # noqa: F401
     import vllm.v1.sample.rejection_sampler as rs
@@ -182,9 +188,9 @@ def child_calls(calls: int) -> dict[str, float]:
     from spectune.vllm._v1_router import vllm_random_inputs
     from spectune.vllm.doctor import make_sampling_metadata
 
-    configs = TunedConfigs.load()
-    device = torch.device(torch_device(configs.backend))
     router = new_router(rs, rng=RNG_VLLM)
+    configs = TunedConfigs.load(families=router.families)
+    device = torch.device(torch_device(configs.backend))
     router.configure(configs)
     family = get_family(router.kernel)
     gen = torch.Generator().manual_seed(0)
@@ -220,20 +226,25 @@ def child_calls(calls: int) -> dict[str, float]:
     out["vllm_random_draws_us"] = per_call_us(
         lambda: vllm_random_inputs(rs, n, counts, random_md.generators, vocab, device), calls)
     out["tuned_config"] = float(router.stats.tuned_shapes)
-    # The kernel wrapper's own host-side checks on every call (its private _check_inputs).
-    import spectune.kernels.rejection.rejection_sample as kernel_module
+    # The kernel wrapper's own host-side checks on every call (spectune.kernels), found
+    # in the module that defines the launcher, wherever the package keeps it.
+    import importlib
 
+    from spectune.kernels import rejection_sample
+
+    kernel_module = importlib.import_module(rejection_sample.__module__)
     inputs, config = router.prepare(*args, greedy_md)
     check = getattr(kernel_module, "_check_inputs", None)
     if check is not None:
+        check_kwargs = {**_unset_keywords(check), **inputs.kwargs(), "validate": False}
         out["kernel_wrapper_checks_us"] = per_call_us(
-            lambda: check(*inputs.args(), **inputs.kwargs(), validate=False), calls)
+            lambda: check(*inputs.args(), **check_kwargs), calls)
     out["kernel_wrapper_config_validation_us"] = per_call_us(
         lambda: family.search_space(configs.backend).validate(config), calls)
 
     # Routed call vs the kernel family launched directly with the same prepared inputs.
     routed, direct = [], []
-    for _ in range(max(calls // 10, 5)):
+    for _ in range(routed_calls):
         start = time.perf_counter()
         router.rejection_sample(*args, greedy_md)
         if device.type == "cuda":
@@ -249,17 +260,35 @@ def child_calls(calls: int) -> dict[str, float]:
     return out
 
 
+def _unset_keywords(function: Any) -> dict[str, None]:
+    """``None`` for each keyword-only parameter of ``function`` without a default.
+
+    The wrapper's private checks take every optional launch argument by keyword, with
+    no default (the public launcher passes them all); the prepared inputs give only
+    those set (a plain verification sets no sampling parameter), as the launcher's own
+    defaults, ``None``, stand for the rest.
+    """
+    import inspect
+
+    return {
+        name: None
+        for name, parameter in inspect.signature(function).parameters.items()
+        if parameter.kind is parameter.KEYWORD_ONLY and parameter.default is parameter.empty
+    }
+
+
 # --------------------------------------------------------------------------------------
 # Driver
 # --------------------------------------------------------------------------------------
 
 
-def _spawn(mode: str, db: Path, calls: int) -> dict[str, float]:
+def _spawn(mode: str, db: Path, calls: int, *, quick: bool = False) -> dict[str, float]:
     env = {**os.environ, "SPECTUNE_DB": str(db), "SPECTUNE_USER_DB": str(db.with_name("x.db"))}
     for name in ("SPECTUNE_FORCE", "SPECTUNE_DISABLE", "PYTHONDONTWRITEBYTECODE"):
         env.pop(name, None)  # as deployed: bytecode cached (the first start writes it)
     done = subprocess.run(
-        [sys.executable, __file__, "--child", mode, "--calls", str(calls)],
+        [sys.executable, __file__, "--child", mode, "--calls", str(calls),
+         *(["--quick"] if quick else [])],
         env=env, cwd=ROOT, capture_output=True, text=True, timeout=900,
     )
     lines = [line for line in done.stdout.splitlines() if line.startswith("CHILD ")]
@@ -274,17 +303,29 @@ def main() -> int:
     parser.add_argument("--repeat", type=int, default=5, help="cold starts to time")
     parser.add_argument("--calls", type=int, default=200, help="calls per timing")
     parser.add_argument("--json", type=Path, help="also write the figures here")
-    parser.add_argument("--child", choices=("startup", "startup-gpu-path", "calls"),
+    parser.add_argument("--quick", action="store_true",
+                        help="smoke run: --rows 100 --repeat 1 --calls 3, one routed call")
+    parser.add_argument("--child", choices=("startup", "startup-gpu-path", "calls",
+                                            "startup-then-calls"),
                         help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.quick:
+        args.rows, args.repeat, args.calls = 100, 1, 3
     if args.child == "startup":
         print("CHILD " + json.dumps(child_startup()), flush=True)
         return 0
     if args.child == "startup-gpu-path":
         print("CHILD " + json.dumps(child_startup_gpu_path()), flush=True)
         return 0
+    routed_calls = 1 if args.quick else max(args.calls // 10, 5)
     if args.child == "calls":
-        print("CHILD " + json.dumps(child_calls(args.calls)), flush=True)
+        print("CHILD " + json.dumps(child_calls(args.calls, routed_calls=routed_calls)),
+              flush=True)
+        return 0
+    if args.child == "startup-then-calls":  # --quick: one vLLM import fewer
+        both = {"startup": child_startup(),
+                "calls": child_calls(args.calls, routed_calls=routed_calls)}
+        print("CHILD " + json.dumps(both), flush=True)
         return 0
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -292,10 +333,15 @@ def main() -> int:
         start = time.perf_counter()
         build_database(db, args.rows)
         print(f"built {args.rows} rows in {time.perf_counter() - start:.1f} s")
-        _spawn("startup", db, args.calls)  # writes bytecode caches, warms the page cache
-        starts = [_spawn("startup", db, args.calls) for _ in range(args.repeat)]
+        if args.quick:
+            both: Any = _spawn("startup-then-calls", db, args.calls, quick=True)
+            starts, calls = [both["startup"]], both["calls"]
+        else:
+            _spawn("startup", db, args.calls)  # writes bytecode caches, warms the page cache
+            starts = [_spawn("startup", db, args.calls) for _ in range(args.repeat)]
         lazy = [_spawn("startup-gpu-path", db, args.calls) for _ in range(args.repeat)]
-        calls = _spawn("calls", db, args.calls)
+        if not args.quick:
+            calls = _spawn("calls", db, args.calls)
     startup = {key: statistics.median(s[key] for s in starts) for key in starts[0]}
     gpu_path = {key: statistics.median(s[key] for s in lazy) for key in lazy[0]}
     print(f"startup beyond vLLM's imports, median of {args.repeat} cold processes "

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from spectune.db._night_history import NightlyResult
+    from spectune.db import NightlyResult
     from spectune.tuning.nightly import NightReport, Work
 
 __all__ = ["report_json", "shape_label", "write_report"]

@@ -264,7 +264,7 @@ def show(
     The table fits an 80-column terminal: the problem with its config below it, the
     device, tuned and default p50, speedup; --wide shows every column.
     """
-    from spectune.db._files import rows_to_json
+    from spectune.db import rows_to_json
 
     rows = _filter(_rows(database), gpu, kernel)
     if as_json:
@@ -333,7 +333,7 @@ def validate(database: str | None, as_json: bool) -> None:
     A malformed row is listed as not usable, with what is wrong, and named on stderr;
     the command then exits 1.
     """
-    from spectune.db._checks import check_row
+    from spectune.db import check_row
     from spectune.identity import detect_device, detect_software
 
     malformed: list[Any] = []
@@ -435,8 +435,7 @@ def export_(
     """Write rows to FILE (JSON, CSV, a SQLite database, or vLLM-style JSON files)."""
     from pathlib import Path
 
-    from spectune.db import write_rows_file
-    from spectune.db._store import write_database
+    from spectune.db import write_database, write_rows_file
 
     if fmt is None:
         fmt = _FORMAT_OF_SUFFIX.get(Path(file).suffix.lower(), "json")
@@ -495,8 +494,7 @@ def merge(sources: tuple[str, ...], into: str) -> None:
 @_clean_errors
 def upgrade(database: str | None) -> None:
     """Create or upgrade a database's schema to the current revision."""
-    from spectune.db import upgrade_database
-    from spectune.db._locations import parse_target, write_target
+    from spectune.db import parse_target, upgrade_database, write_target
 
     url = write_target() if database is None else parse_target(database)
     before, after = upgrade_database(url)

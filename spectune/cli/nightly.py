@@ -132,8 +132,7 @@ def _dry_run(job: NightlyJob, *, shard: tuple[int, int], as_json: bool) -> None:
     import json
 
     from spectune.cli._nightly_report import shape_label
-    from spectune.db import DatabaseError, open_store
-    from spectune.db._locations import parse_target
+    from spectune.db import DatabaseError, open_store, parse_target
     from spectune.tuning.nightly import plan_night
 
     device, software, driver = _environment()
@@ -174,8 +173,7 @@ def _night(job: NightlyJob, *, shard: tuple[int, int], isolate: bool | None,
     import time
 
     from spectune.cli._nightly_report import report_json, shape_label, write_report
-    from spectune.db import DatabaseError, open_store
-    from spectune.db._night_history import night_results
+    from spectune.db import DatabaseError, night_results, open_store
     from spectune.identity import CPU_BACKEND
     from spectune.messages import one_line
     from spectune.tuning.nightly import NightInterrupted, NightReport, run_night

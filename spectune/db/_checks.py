@@ -117,6 +117,14 @@ def config_problem(
             return f"config[{key!r}] is not a non-negative integer: {value!r}"
     if lookup is None:
         return None
+    return _space_problem(config, kernel=kernel, backend=backend, lookup=lookup)
+
+
+def _space_problem(
+    config: Mapping[str, Any], *, kernel: str, backend: str, lookup: SpaceLookup
+) -> str | None:
+    """Why ``config`` (of a valid shape) is not in the space of ``kernel`` on
+    ``backend``, or ``None``."""
     try:
         space = lookup(kernel, backend)
     except Exception as exc:  # a caller's lookup failing makes the row unusable, no more
@@ -216,8 +224,10 @@ class Checker:
             except (TypeError, ValueError, RecursionError):
                 verdict: tuple[dict[str, int] | None, bool] = (None, True)
             else:
-                problem = config_problem(
-                    config, kernel=kernel, backend=self._backend, lookup=self._lookup
+                # check_config has checked the shape config_problem would check first.
+                lookup = self._lookup
+                problem = None if lookup is None else _space_problem(
+                    config, kernel=kernel, backend=self._backend, lookup=lookup
                 )
                 verdict = (None if problem else config, False)
             self._configs[memo_key] = verdict

@@ -226,16 +226,19 @@ def _load(source: Source, checker: Checker, entries: Entries) -> SourceReport:
     # False, which lookups use; a driver returns an integer column as int, never bool.
     valid_exact = _ExactCheck()
     valid_buckets: set[int] = set()
+    stored_config = checker.stored_config
     for kernel, rows in groups:
+        if not rows:
+            continue
         # Rows come filtered on the running system and kernel hash: only configs are
         # left to check, once per distinct stored config (rows share few configs).
-        stored = {r[-1] for r in rows}
-        verdicts = {config: checker.stored_config(kernel, config) for config in stored}
+        verdicts = {config: stored_config(kernel, config) for config in {r[-1] for r in rows}}
         table = entries.setdefault(kernel, {})
+        find = table.get
         for row in rows:  # (*exact fields, batch, config)
             config, bad_config = verdicts[row[-1]]
             exact, bucket = row[:-2], row[-2]
-            buckets = table.get(exact)
+            buckets = find(exact)
             if bad_config or (buckets is None and not valid_exact(exact)):
                 malformed += 1
                 continue

@@ -18,13 +18,13 @@ import errno
 import logging
 import math
 import os
-import sqlite3
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from spectune.db._backend import SQLiteBackend, backend_of
 from spectune.db._checks import Spaces, check_configs
 from spectune.db._fields import DEVICE_FIELDS
 from spectune.db._files import read_rows_file, refuse_directory
@@ -163,7 +163,7 @@ def open_store(target: Target | Source | None = None, *, readonly: bool = False)
     engine = make_engine(url)
     try:
         with translate_errors(location):
-            upgrade(engine, location=location)
+            upgrade(engine, location=location, backend=backend_of(url))
     except BaseException:
         engine.dispose()
         raise
@@ -182,7 +182,7 @@ def upgrade_database(target: Target | None = None) -> tuple[str | None, str]:
     engine = make_engine(url)
     try:
         with translate_errors(url.display()):
-            return upgrade(engine, location=url.display())
+            return upgrade(engine, location=url.display(), backend=backend_of(url))
     finally:
         engine.dispose()
 
@@ -567,12 +567,7 @@ def write_database(rows: Sequence[TunedRow], path: str | os.PathLike[str]) -> Pa
 def seal_database(path: Path) -> None:
     """Make a closed SQLite database one self-contained file: rollback-journal mode (no
     ``-wal``/``-shm`` beside it, readable from read-only storage) and vacuumed."""
-    connection = sqlite3.connect(path, isolation_level=None)
-    try:
-        connection.execute("PRAGMA journal_mode=DELETE")
-        connection.execute("VACUUM")
-    finally:
-        connection.close()
+    SQLiteBackend.seal(path)
 
 
 def effective_rows(

@@ -8,7 +8,9 @@ Studies live where the configs live (:func:`studies_beside`): beside a SQLite co
 file, the journal file ``NAME.studies.journal``; in a PostgreSQL configs database, the
 same database, with Optuna's tables in their own schema (:data:`STUDIES_SCHEMA`), since
 Optuna and spectune's configs schema both keep their Alembic revision in a table named
-``alembic_version``.
+``alembic_version``. What differs between the storages is the database part's storage
+seam (:func:`spectune.db.backend_of`, :func:`spectune.db.study_rdb`); this module builds
+Optuna's storages from what it says.
 
 A PostgreSQL study survives a server restart: :func:`open_storage` checks pooled
 connections before use and wraps the storage in a :class:`RetryingStorage`, which
@@ -28,7 +30,6 @@ import datetime
 import logging
 import math
 import os
-import re
 import socket
 import threading
 import time
@@ -36,7 +37,6 @@ import uuid
 from collections.abc import Callable, Container, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
-from urllib.parse import quote, urlencode
 
 import optuna
 from optuna.exceptions import StorageInternalError, UpdateFinishedTrialError
@@ -50,11 +50,19 @@ from optuna.storages import (
 from optuna.storages.journal import JournalFileBackend, JournalFileOpenLock
 from optuna.trial import FrozenTrial, TrialState
 
+from spectune.db import (
+    STUDIES_JOURNAL_SUFFIX,
+    STUDIES_SCHEMA,
+    backend_of,
+    display_storage,
+    is_permanent,
+    lost_connection,
+    study_rdb,
+    write_target,
+)
 from spectune.messages import one_line
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
-
     from optuna.distributions import BaseDistribution
     from optuna.study import StudyDirection
     from optuna.study._frozen import FrozenStudy
@@ -81,19 +89,8 @@ HEARTBEAT_KEY = "spectune.heartbeat"
 #: Trial system attribute naming the call that created the trial (see RetryingStorage).
 CREATE_TOKEN_KEY = "spectune.create_token"
 
-#: PostgreSQL schema holding Optuna's tables beside a configs database.
-STUDIES_SCHEMA = "spectune_studies"
-#: What replaces a SQLite configs file's suffix to name its studies' journal file.
-STUDIES_JOURNAL_SUFFIX = ".studies.journal"
 #: How long a :class:`RetryingStorage` retries a call that lost its connection.
 RETRY_FOR_S = 120.0
-# Seconds a PostgreSQL connection attempt may take before it counts as failed (retried).
-_CONNECT_TIMEOUT_S = 10
-# Serializes the creation of the studies schema and of Optuna's tables by concurrent
-# workers (Optuna's create_all is not safe against a concurrent one). Apart from the
-# configs database's migration lock (0x5BEC7E).
-_PG_INIT_LOCK_KEY = 0x5BEC57
-_SCHEMA_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
 
 _log = logging.getLogger(__name__)
 _T = TypeVar("_T")
@@ -120,28 +117,7 @@ def studies_beside(db: str | os.PathLike[str] | None) -> str:
     Raises:
         spectune.db.DatabaseError: ``db`` is not a usable database target.
     """
-    from spectune.db._locations import parse_target, write_target
-
-    url = write_target() if db is None else parse_target(db)
-    if url.is_sqlite:
-        path = Path(url.database or "")
-        return str(path.with_name(path.stem + STUDIES_JOURNAL_SUFFIX))
-    query = dict(url.query)
-    option = f"-c search_path={STUDIES_SCHEMA}"
-    # libpq applies -c settings in order: ours, last, wins over a search_path given.
-    query["options"] = f"{query['options']} {option}" if query.get("options") else option
-    text = f"{url.driver}://"
-    if url.username is not None:
-        text += quote(url.username, safe="")
-        if url.password is not None:
-            text += ":" + quote(url.password, safe="")
-        text += "@"
-    if url.host is not None:
-        text += f"[{url.host}]" if ":" in url.host else url.host
-    if url.port is not None:
-        text += f":{url.port}"
-    text += "/" + quote(url.database or "", safe="")
-    return text + "?" + urlencode(sorted(query.items()), quote_via=quote)
+    return backend_of(write_target() if db is None else db).studies_storage()
 
 
 def open_storage(
@@ -173,94 +149,38 @@ def open_storage(
         Path(path).parent.mkdir(parents=True, exist_ok=True)
         return JournalStorage(JournalFileBackend(path, lock_obj=JournalFileOpenLock(path)))
     if isinstance(storage, str):
-        if storage.startswith("sqlite"):
-            return RDBStorage(storage, engine_kwargs={"connect_args": {"timeout": 60}})
-        return _open_server(storage, retry_for=retry_for)
+        rdb = study_rdb(storage)
+        if not rdb.server:
+            return RDBStorage(storage, engine_kwargs=rdb.engine_kwargs)
+        return _open_server(storage, engine_kwargs=rdb.engine_kwargs, prepare=rdb.prepare,
+                            retry_for=retry_for)
     raise TypeError(
         f"storage must be None, a path, an RDB URL or an optuna storage, got {storage!r}"
     )
 
 
-def _open_server(url: str, *, retry_for: float) -> RetryingStorage:
-    """A database server's study storage, retried while the server is unreachable."""
+def _open_server(
+    url: str,
+    *,
+    engine_kwargs: dict[str, Any],
+    prepare: Callable[[], contextlib.AbstractContextManager[None]] | None,
+    retry_for: float,
+) -> RetryingStorage:
+    """A database server's study storage, retried while the server is unreachable.
+
+    ``prepare`` is held around creating the storage (PostgreSQL: the init lock, and the
+    studies schema created; see :func:`spectune.db.study_rdb`).
+    """
     where = display_storage(url)
-    engine_kwargs: dict[str, Any] = {
-        # A pooled connection from before a server restart is found dead and replaced
-        # before use, instead of failing the next call.
-        "pool_pre_ping": True,
-    }
-    if url.startswith("postgresql"):
-        engine_kwargs["connect_args"] = {"connect_timeout": _CONNECT_TIMEOUT_S}
 
     def connect() -> BaseStorage:
-        if url.startswith("postgresql+psycopg://"):
-            with _pg_init_lock(url):
-                backend = RDBStorage(url, engine_kwargs=engine_kwargs)
-        else:
+        with prepare() if prepare is not None else contextlib.nullcontext():
             backend = RDBStorage(url, engine_kwargs=engine_kwargs)
         # What optuna.create_study puts around an RDBStorage: a cache of finished trials.
         return _CachedStorage(backend)
 
     inner = _retry(connect, retry_for=retry_for, where=where)
     return RetryingStorage(inner, retry_for=retry_for, where=where)
-
-
-@contextlib.contextmanager
-def _pg_init_lock(url: str) -> Iterator[None]:
-    """Hold PostgreSQL's init lock; create the schema the URL's search_path names.
-
-    Raises:
-        ValueError: the URL would put Optuna's tables beside spectune's configs (no
-            search_path, and the configs table in the default schema).
-    """
-    # The database part owns SQLAlchemy: its writer's engine runs our statements.
-    from spectune.db._fields import TABLE_NAME
-    from spectune.db._locations import parse_target
-    from spectune.db._writer import make_engine
-
-    target = parse_target(url)
-    schema = _search_path_schema(dict(target.query).get("options", ""))
-    engine = make_engine(target)
-    try:
-        with engine.connect() as connection:
-            connection.exec_driver_sql(f"SELECT pg_advisory_lock({_PG_INIT_LOCK_KEY})")
-            try:
-                if schema is not None:
-                    connection.exec_driver_sql(f'CREATE SCHEMA IF NOT EXISTS "{schema}"')
-                elif connection.exec_driver_sql(
-                    f"SELECT to_regclass('{TABLE_NAME}')"
-                ).scalar() is not None:
-                    # Optuna's alembic_version would meet ours, and break both.
-                    raise ValueError(
-                        f"{display_storage(url)} holds spectune's tuned configs: keep the "
-                        f"studies in their own schema, {display_storage(studies_beside(url))}"
-                    )
-                connection.commit()
-                yield
-            finally:
-                with contextlib.suppress(Exception):  # closing the connection frees it too
-                    connection.exec_driver_sql(
-                        f"SELECT pg_advisory_unlock({_PG_INIT_LOCK_KEY})"
-                    )
-                    connection.commit()
-    finally:
-        engine.dispose()
-
-
-def _search_path_schema(options: str) -> str | None:
-    """The first schema of a ``-c search_path=...`` in libpq ``options``, if any."""
-    found = re.findall(r"-c\s*search_path\s*=\s*([^\s]+)", options)
-    if not found:
-        return None
-    first = found[-1].split(",")[0].strip().strip('"')
-    if not _SCHEMA_NAME.fullmatch(first):
-        raise ValueError(f"unsupported schema name in the storage URL's search_path: {first!r}")
-    return first
-
-
-def display_storage(storage: str | os.PathLike[str]) -> str:
-    """A storage spec for messages: an RDB URL without its password, a path as is."""
-    return re.sub(r"(://[^:/@]*):[^@]*@", r"\1:***@", os.fspath(storage))
 
 
 # -- retrying a server storage ----------------------------------------------------------
@@ -270,53 +190,22 @@ class StorageUnavailableError(StorageInternalError):
     """The study storage stayed unreachable for the whole retry period."""
 
 
-#: Exceptions (module, class name) that mean the connection, not the request, failed.
-_TRANSIENT_TYPES = frozenset(
-    {
-        ("psycopg", "OperationalError"),
-        ("psycopg", "InterfaceError"),
-        ("psycopg2", "OperationalError"),
-        ("psycopg2", "InterfaceError"),
-        ("sqlalchemy.exc", "OperationalError"),
-        ("sqlalchemy.exc", "InterfaceError"),
-        ("sqlalchemy.exc", "DisconnectionError"),
-        ("sqlalchemy.exc", "TimeoutError"),
-    }
-)
-# Connection failures that waiting does not cure: a wrong name, user or password.
-_PERMANENT = re.compile(
-    r"does not exist|authentication failed|no pg_hba\.conf entry|permission denied|"
-    r"password|unsupported|invalid (?:dsn|connection option)",
-    re.IGNORECASE,
-)
-
-
 def is_transient(exc: BaseException) -> bool:
     """Whether ``exc`` (or what caused it) is a lost or refused database connection.
 
-    Recognized by class names so that this module needs no database driver: psycopg's
-    and SQLAlchemy's operational and interface errors (Optuna wraps them in a
-    ``StorageInternalError``), except those naming a missing database or role or a
-    rejected password, which waiting does not cure.
+    Recognized by class names so that this module needs no database driver
+    (:func:`spectune.db.lost_connection`): psycopg's and SQLAlchemy's operational and
+    interface errors (Optuna wraps them in a ``StorageInternalError``), except those
+    naming a missing database or role or a rejected password, which waiting does not
+    cure.
     """
     cause = _connection_error(exc)
-    return cause is not None and not _PERMANENT.search(str(cause))
+    return cause is not None and not is_permanent(cause)
 
 
 def _connection_error(exc: BaseException) -> BaseException | None:
     """The driver's connection error in ``exc``'s chain (the innermost), if any."""
-    found = None
-    seen: set[int] = set()
-    error: BaseException | None = exc
-    while error is not None and id(error) not in seen:
-        seen.add(id(error))
-        if getattr(error, "connection_invalidated", False) or any(
-            (klass.__module__, klass.__name__) in _TRANSIENT_TYPES
-            for klass in type(error).__mro__
-        ):
-            found = error
-        error = error.__cause__ or error.__context__
-    return found
+    return lost_connection(exc)
 
 
 def _retry(

@@ -46,8 +46,7 @@ from spectune.tuning._job import NightlyJob, ShapeGroup
 from spectune.tuning.problems import SweepItem, as_looked_up, sweep_items
 
 if TYPE_CHECKING:
-    from spectune.db import Store, TunedRow
-    from spectune.db._night_history import NightlyResult, NightlyRun
+    from spectune.db import NightlyResult, NightlyRun, Store, TunedRow
 
 _log = logging.getLogger(__name__)
 
@@ -250,8 +249,7 @@ def run_night(
         NightInterrupted: Ctrl-C or SIGTERM (a ``KeyboardInterrupt``), after the run was
             closed as ``interrupted``; it carries the report so far.
     """
-    from spectune.db import open_store
-    from spectune.db._night_history import finish_night, record_result, start_night
+    from spectune.db import finish_night, open_store, record_result, start_night
 
     budget = job.budget if budget is None else budget
     started = time.monotonic()
@@ -309,7 +307,7 @@ def _do(
     device: DeviceIdentity, software: SoftwareIdentity, left: float, isolate: bool,
 ) -> NightlyResult:
     """Do one piece of work; any error becomes a ``failed`` result naming it."""
-    from spectune.db._night_history import NightlyResult
+    from spectune.db import NightlyResult
     from spectune.kernels import get_family
 
     started = time.monotonic()
@@ -478,7 +476,7 @@ def _env_suffix(software: SoftwareIdentity, driver: str) -> str:
 
 
 def _history(store: Store, device: DeviceIdentity) -> list[NightlyResult]:
-    from spectune.db._night_history import night_results
+    from spectune.db import night_results
 
     return night_results(store, device=device)
 
@@ -510,7 +508,7 @@ def _default_is_best(
     """The (kernel, kernel hash, problem) whose latest tune found nothing faster than the
     default, on a night with this very software and driver: tuning them again would
     find the same (a change of any of them makes them due again)."""
-    from spectune.db._night_history import nights
+    from spectune.db import nights
 
     same = {n.id for n in nights(store, device=device)
             if (n.software.triton, n.software.torch, n.software.runtime, n.driver)
@@ -532,7 +530,7 @@ def _driver_since(store: Store, device: DeviceIdentity, driver: str
                   ) -> tuple[datetime, str] | None:
     """When this device's nights first saw ``driver`` after another one, and the one
     before; ``None`` when no night saw another (rows need no re-tune for it)."""
-    from spectune.db._night_history import nights
+    from spectune.db import nights
 
     previous = None
     since = None
@@ -547,6 +545,6 @@ def _driver_since(store: Store, device: DeviceIdentity, driver: str
 
 
 def _now() -> datetime:
-    from spectune.db._row import utc_now
+    from spectune.db import utc_now
 
     return utc_now()

@@ -3,14 +3,17 @@
 :meth:`TunedConfigs.load` identifies the device (:mod:`spectune.identity`, the one place
 that names devices, as ``spectune sweep`` does), reads the databases in their lookup
 order (:func:`spectune.db.load_index`: ``SPECTUNE_DB``, the user database, the shipped
-one) and keeps the rows usable here for every installed kernel family (their source
-hashes and search spaces from :mod:`spectune.kernels`). A router then asks
-:meth:`TunedConfigs.lookup` once per shape.
+one) and keeps the rows usable here for the kernel families a router launches (their
+source hashes and search spaces from :mod:`spectune.kernels`; every installed family
+when none are named). The databases hand over only those rows: measured on this device,
+with this Triton version, of those families at their installed source hashes (an
+equality search of the table's unique index); every other row stays unread. A router
+then asks :meth:`TunedConfigs.lookup` once per shape.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -36,7 +39,7 @@ class TunedConfigs:
         lookup: ``(kernel, problem) -> config`` (``None``: nothing tuned for it; the
             family's default config is used).
         description: Which databases were read and what each held, for the log line.
-        usable: How many configs are usable here.
+        usable: How many configs are usable here (of the families loaded).
     """
 
     __slots__ = ("description", "device", "lookup", "usable")
@@ -62,7 +65,9 @@ class TunedConfigs:
         return f"spectune: device {self.device.describe()}; database: {self.description}"
 
     @classmethod
-    def load(cls, device: torch.device | None = None) -> TunedConfigs:
+    def load(
+        cls, device: torch.device | None = None, *, families: Iterable[str] | None = None
+    ) -> TunedConfigs:
         """Identify ``device`` and load the configs usable on it. Never raises for a bad
         database (:func:`spectune.db.load_index` logs and skips it).
 
@@ -70,15 +75,23 @@ class TunedConfigs:
             device: The torch device verification runs on; ``None`` (or a CPU device)
                 identifies the current device the way :func:`spectune.identity.detect_device`
                 does.
+            families: The kernel families to load configs of (a router's
+                :attr:`~spectune.vllm._router.SeamRouter.families`): the rows of any other
+                family are not read, and lookups of one find nothing. ``None``: every
+                installed family.
         """
         from spectune.db import load_index
         from spectune.identity import detect_device, detect_software
-        from spectune.kernels import family_hashes, family_space
+        from spectune.kernels import family_hashes, family_space, get_family
 
         index_of_gpu = None if device is None or device.type == "cpu" else device.index
         identity = detect_device(index_of_gpu)
         software = detect_software()
-        index = load_index(device=identity, software=software, kernel_hashes=family_hashes(),
+        if families is None:
+            hashes = family_hashes()
+        else:  # only these families' sources are hashed (and, lazily, imported)
+            hashes = {name: get_family(name).source_hash for name in families}
+        index = load_index(device=identity, software=software, kernel_hashes=hashes,
                            spaces=family_space)
 
         def lookup(kernel: str, problem: Problem) -> dict[str, int] | None:

@@ -124,6 +124,13 @@ class SeamRouter:
         companion.leader = self
         self.companions.append(companion)
 
+    @property
+    def families(self) -> tuple[str, ...]:
+        """The kernel families this router and its companions launch, in order (what
+        their tuned configs are looked up for)."""
+        names = (self.kernel, *(c.kernel for c in self.companions))
+        return tuple(dict.fromkeys(names))
+
     def install(self) -> None:
         """Put the drop-in in place of vLLM's function (idempotent), companions too."""
         current = getattr(self.module, self.seam)
@@ -190,7 +197,7 @@ class SeamRouter:
         """
         from spectune.vllm._configs import TunedConfigs
 
-        configs = TunedConfigs.load(device)
+        configs = TunedConfigs.load(device, families=self.families)
         if configs.usable == 0 and not forced():
             self.uninstall()
             logger.warning("%s; %d tuned configs usable here; nothing routed (%s=1 routes "

@@ -7,6 +7,7 @@ import re
 import pytest
 from sqlalchemy import JSON, Boolean, Float, Integer, String
 
+from spectune.db._backend import PostgresBackend, SQLiteBackend
 from spectune.db._fields import (
     FIELDS,
     KERNEL_FIELDS,
@@ -18,7 +19,7 @@ from spectune.db._fields import (
     Field,
 )
 from spectune.db._models import TunedConfigRecord, UTCDateTime
-from spectune.db._reader import _POSTGRES, _SQLITE, TABLE_COLUMNS
+from spectune.db._reader import TABLE_COLUMNS
 
 from .conftest import make_row
 
@@ -83,13 +84,13 @@ def test_stored_values_read_back_as_plain_ones() -> None:
 
 
 def test_select_lists_come_from_the_fields() -> None:
-    for dialect in (_SQLITE, _POSTGRES):
+    for dialect in (SQLiteBackend.sql, PostgresBackend.sql):
         sql = dialect.select(("id", *FIELDS), ("kernel", "batch"), order=True)
         for name in FIELDS:
             assert name in sql
         assert sql.count(dialect.marker) == 2
         assert sql.endswith("ORDER BY " + ", ".join(KEY_FIELDS))
-    assert "CAST(config AS TEXT)" in _POSTGRES.select(("config",))
+    assert "CAST(config AS TEXT)" in PostgresBackend.sql.select(("config",))
 
 
 def test_field_names_are_plain_identifiers() -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from alembic import context
 
+from spectune.db._backend import alter_in_batches
 from spectune.db._models import Base
 
 connection = context.config.attributes.get("connection")
@@ -17,7 +18,7 @@ if connection is None or context.is_offline_mode():
 context.configure(
     connection=connection,
     target_metadata=Base.metadata,
-    render_as_batch=connection.dialect.name == "sqlite",
+    render_as_batch=alter_in_batches(connection),
 )
 with context.begin_transaction():
     context.run_migrations()
