@@ -12,6 +12,7 @@ of skipping. ``bench_fleet.py`` needs a PostgreSQL server (``SPECTUNE_TEST_PG_UR
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import time
@@ -66,33 +67,30 @@ def _bench_extra() -> None:
 #: uses it, as its first argument.
 ENTRIES: dict[str, tuple[Args, Callable[[], object] | None]] = {
     "benchmarks/bench_db_load.py": (lambda tmp: ["--rows", "100", "--repeat", "1"], None),
-    "benchmarks/bench_early_picks.py": (
-        lambda tmp: [_space(tmp), "--repeats", "1", "--samplers", "random,auto"], None),
     "benchmarks/bench_fleet.py": (
         lambda tmp: ["--pg-url", _pg_url(), "--workers", "1", "--trials", "2", "--scale", "0",
                      "--samplers", "random", "--space", _space(tmp)], None),
-    "benchmarks/bench_folded.py": (lambda tmp: ["--quick"], None),
-    "benchmarks/bench_methodology.py": (
-        lambda tmp: ["--no-shared", "--synthetic", "1", "--repeats", "1", "--budget", "20",
-                     "--samplers", "auto,random", "--peers", "kt-random_sample",
-                     "--out", str(tmp / "methodology.json")], _bench_extra),
     "benchmarks/bench_plugin.py": (lambda tmp: ["--quick"], None),
-    "benchmarks/bench_proposal_cost.py": (
-        lambda tmp: [_space(tmp), "--repeats", "1", "--budget", "101", "--variants", "shipped"],
-        None),
-    "benchmarks/bench_replay.py": (
-        lambda tmp: ["--no-shared", "--synthetic", "1", "--repeats", "1", "--budget", "10",
-                     "--samplers", "auto,random", "--peers", "tpe"], None),
-    "benchmarks/bench_sampling.py": (lambda tmp: ["--quick"], None),
-    "benchmarks/bench_transfer.py": (
-        lambda tmp: ["--dir", _transfer_pair(tmp), "--pairs", "target:other", "--repeats", "1",
-                     "--budget", "10", "--sampler", "auto"], None),
     "benchmarks/kt_peers.py": (
         lambda tmp: ["benchmarks/bench_replay.py", "--no-shared", "--synthetic", "1",
                      "--repeats", "1", "--budget", "10", "--samplers", "random",
                      "--peers", "kt-random_sample"], _bench_extra),
     "scripts/bench_verify.py": (lambda tmp: ["--quick"], None),
     "scripts/bench_verify_mrv2.py": (lambda tmp: ["--quick"], None),
+}
+
+
+#: Scripts that a test of tests/test_benchmarks.py already runs as a user would (a
+#: subprocess on small arguments, its output checked): run once in CI, not twice.
+RUN_ELSEWHERE: dict[str, str] = {
+    "benchmarks/bench_folded.py": "test_folded_benchmark_quick_run_counts_fewer_bytes_folded",
+    "benchmarks/bench_methodology.py":
+        "test_methodology_benchmark_scores_engine_and_peers_on_the_same_spaces",
+    "benchmarks/bench_proposal_cost.py":
+        "test_proposal_cost_benchmark_times_auto_in_windows_of_evaluations",
+    "benchmarks/bench_replay.py": "test_leave_one_out_reports_peers_beside_and_never_chooses_them",
+    "benchmarks/bench_sampling.py": "test_sampling_benchmark_quick_run_checks_every_kernel",
+    "benchmarks/bench_transfer.py": "test_transfer_benchmark_prints_each_gain_with_its_interval",
 }
 
 
@@ -107,7 +105,20 @@ def test_every_benchmark_script_has_an_entry() -> None:
         for pattern in ("benchmarks/*.py", "scripts/bench_*.py")
         for path in ROOT.glob(pattern)
     )
-    assert sorted(ENTRIES) == found
+    assert sorted([*ENTRIES, *RUN_ELSEWHERE]) == found
+    assert not set(ENTRIES) & set(RUN_ELSEWHERE)
+
+
+def test_the_tests_that_run_the_other_scripts_exist() -> None:
+    """Each script left to tests/test_benchmarks.py is run there by the named test (in its
+    body, or in a ``_run_*`` helper it calls)."""
+    source = (ROOT / "tests" / "test_benchmarks.py").read_text(encoding="utf-8")
+    functions = dict(re.findall(r"\ndef (\w+)\((.*?)(?=\n(?:def |@)|\Z)", source, re.S))
+    for script, test in RUN_ELSEWHERE.items():
+        assert test in functions, f"{script}: tests/test_benchmarks.py has no {test}"
+        body = functions[test] + "".join(
+            functions.get(helper, "") for helper in re.findall(r"(_run_\w+)\(", functions[test]))
+        assert script in body, f"{test} does not run {script}"
 
 
 @pytest.mark.parametrize("script", sorted(ENTRIES))
