@@ -27,7 +27,7 @@ from spectune.search._strategies import (
     model_subset,
 )
 from spectune.space import Param, SearchSpace
-from tests.tuning.conftest import spy_gp_acquisitions
+from tests.search.conftest import spy_gp_acquisitions
 
 optuna.logging.set_verbosity(optuna.logging.ERROR)
 

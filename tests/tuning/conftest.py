@@ -1,5 +1,4 @@
-"""Fixtures of the sweep tests: the toy kernel family registered, and a sweep's places;
-and a spy on which of the GP's acquisitions a proposal used."""
+"""Fixtures of the sweep tests: the toy kernel family registered, and a sweep's places."""
 
 from __future__ import annotations
 
@@ -8,7 +7,6 @@ from pathlib import Path
 import pytest
 
 from spectune.kernels import FAMILIES
-from spectune.search._gp import GaussianProcess
 
 # A fresh database on the PostgreSQL test server, as the database tests get one.
 from tests.db.conftest import pg_url  # noqa: F401
@@ -29,18 +27,3 @@ def places(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
     monkeypatch.setenv("SPECTUNE_USER_DB", str(tmp_path / "user.db"))
     monkeypatch.delenv("SPECTUNE_DB", raising=False)
     return {"db": str(tmp_path / "configs.db"), "storage": str(tmp_path / "studies.journal")}
-
-
-def spy_gp_acquisitions(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """A list that records, in order, each call of the real GP's ``sample`` (a Thompson
-    draw) and ``predict`` (expected improvement), by name; the calls still run."""
-    calls: list[str] = []
-    for method in ("sample", "predict"):
-        real = getattr(GaussianProcess, method)
-
-        def spy(self: GaussianProcess, *a: object, _real=real, _name=method) -> object:
-            calls.append(_name)
-            return _real(self, *a)
-
-        monkeypatch.setattr(GaussianProcess, method, spy)
-    return calls
