@@ -25,8 +25,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from spectune.db import TunedRow, load_index, open_store
-from spectune.db._locations import Source, parse_target
+from spectune.db import Source, TunedRow, load_index, open_store, parse_target
 from spectune.identity import DeviceIdentity, SoftwareIdentity
 from spectune.promotion import Timing
 from spectune.space import Param, Problem, SearchSpace

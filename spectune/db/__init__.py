@@ -57,7 +57,7 @@ from spectune.db._backend import (
 )
 from spectune.db._checks import check_row
 from spectune.db._config_index import ConfigIndex, load_index
-from spectune.db._locations import default_sources, user_db_path, write_target
+from spectune.db._locations import Source, default_sources, user_db_path, write_target
 from spectune.db._row import Provenance, TunedRow, batch_bucket, utc_now
 from spectune.db.errors import DatabaseError
 
@@ -126,6 +126,7 @@ __all__ = [
     "Provenance",
     "RecordOutcome",
     "SQLiteBackend",
+    "Source",
     "Store",
     "StudyRDB",
     "TunedRow",

@@ -22,7 +22,7 @@ For each database of a job (:class:`~spectune.tuning._job.NightlyJob`), on this 
    last night stopped them (their storage keeps every finished trial); a stale or
    regressed row is re-tuned in a fresh study and superseded (or removed when the
    default is as fast); every result is recorded in the database's nightly history as it
-   is made (:mod:`spectune.db._night_history`), so a night cut short keeps what it did.
+   is made (the nightly history of :mod:`spectune.db`), so a night cut short keeps what it did.
 
 A night needs a person (exit status 1 of ``spectune nightly``) when a regression or a
 broken config is left unfixed, or a shape failed (no valid config, an error).
