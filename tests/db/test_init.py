@@ -30,6 +30,7 @@ PUBLIC = [
     "SQLiteBackend",
     "STUDIES_JOURNAL_SUFFIX",
     "STUDIES_SCHEMA",
+    "Source",
     "Store",
     "StudyRDB",
     "TunedRow",
