@@ -7,6 +7,7 @@ kernel overrides, and the module-level function ``RejectionSampler.forward`` cal
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -470,6 +471,32 @@ def test_bad_database_means_one_warning_and_vllm_unchanged(
     assert rs.rejection_sample is original
     warnings = messages(plugin_log, logging.WARNING)
     assert len(warnings) == 1 and "nothing routed" in warnings[0], warnings
+
+
+@needs_kernels
+def test_worker_loads_the_rows_of_the_families_it_routes_only(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, spec_config: Any, worker_state: None,
+    plugin_log: list[logging.LogRecord],
+) -> None:
+    problem = Problem(spec_len=3, batch=4, vocab=300, dtype="float32", draft_probs=False)
+    mrv2 = get_family("rejection_sample_mrv2")  # Model Runner V2's: not routed on V1
+    other = dataclasses.replace(
+        _row(problem), kernel=mrv2.name, kernel_hash=mrv2.source_hash,
+        config=next(iter(mrv2.search_space(detect_device().backend))),
+    )
+    db = _database(tmp_path / "tuned.db", [_row(problem), other])
+    monkeypatch.setenv("SPECTUNE_DB", str(db))
+    assert TunedConfigs.load().usable == 2  # every installed family
+    hook.on_worker_init(spec_config)
+    router = hook.STATE.router
+    assert router is not None and router.installed
+    assert router.families[0] == "rejection_sample"
+    assert mrv2.name not in router.families
+    assert router.configs is not None and router.configs.usable == 1
+    assert router.configs.lookup(mrv2.name, problem) is None
+    info = messages(plugin_log, logging.INFO)
+    assert len(info) == 1 and "(2 rows, 1 usable here, 1 used)" in info[0], info
+    assert "1 tuned configs usable here; routed" in info[0]
 
 
 def test_load_configs_without_databases() -> None:
