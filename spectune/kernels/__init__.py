@@ -19,15 +19,15 @@ torch): a kernel function below is imported at its first use, a family's kernels
 first call that needs them (inputs, launches, references).
 
 Public API:
-    rejection_sample: verify drafts (greedy and rejection sampling), vLLM 0.32 V1
-        semantics; its sampling parameters folded in with ``temperature``, ``top_k``,
-        ``top_p``, ``min_p``.
+    rejection_sample: verify drafts (greedy and rejection sampling), vLLM V1 semantics,
+        0.32's or 0.33's (FLy windows); its sampling parameters folded in with
+        ``temperature``, ``top_k``, ``top_p``, ``min_p``.
     rejection_sample_mrv2: verify drafts with vLLM 0.32 Model Runner V2 semantics (its
         arguments, its counter-based random numbers).
     gumbel_sample: Gumbel-max sampling with Model Runner V2 semantics.
     apply_temperature, apply_min_p: Model Runner V2's temperature and min-p, in place.
-    top_k_top_p: top-k/top-p masking, in place, exactly as vLLM 0.32's sort-based
-        definition.
+    top_k_top_p: top-k/top-p masking, in place, exactly as vLLM's sort-based definition
+        (0.32's and 0.33's alike; each release's arguments).
     sample: the fused sampler (temperature, min-p, top-k/top-p, Gumbel-max in one
         kernel, Model Runner V2's arguments and noise).
     MAX_VOCAB, LOGITS_DTYPES: the vocabularies and logits dtypes the kernels support.
@@ -72,12 +72,12 @@ __all__ = [
 
 # Imported at first use (each with its family's kernels).
 __getattr__, __dir__ = lazy_names(__name__, {
-    "rejection_sample": ".rejection.rejection_sample",
+    "rejection_sample": ".rejection.rejection_sample_fly",
     "rejection_sample_mrv2": ".rejection_mrv2.rejection_sample_mrv2",
     "gumbel_sample": ".sampling.gumbel_sample",
     "apply_temperature": ".sampling.temperature",
     "apply_min_p": ".sampling.min_p",
-    "top_k_top_p": ".sampling.top_k_top_p",
+    "top_k_top_p": ".sampling.top_k_top_p_versions",
     "sample": ".sampling.sample",
     "MAX_VOCAB": ".rejection.rejection_sample_constants",
     "LOGITS_DTYPES": "._tensors",

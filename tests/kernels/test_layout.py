@@ -32,7 +32,7 @@ KERNELS = ROOT / "spectune" / "kernels"
 GROUPS = ("rejection", "rejection_mrv2", "sampling")
 PUBLIC = {"spectune.kernels", *(f"spectune.kernels.{group}" for group in GROUPS)}
 #: What a module of a family subpackage holds, after the family's name.
-ROLES = {"space", "inputs", "ref", "family", "constants"}
+ROLES = {"space", "inputs", "ref", "family", "constants", "fly", "versions"}
 #: Imports of private modules outside the package, each with its reason.
 ALLOWED_PRIVATE = {
     # The kernels' own maintenance tool: it rewrites the memo of spectune/kernels.

@@ -8,7 +8,7 @@ from collections.abc import Mapping
 
 import torch
 
-from spectune.kernels.rejection.rejection_sample import rejection_sample
+from spectune.kernels.rejection.rejection_sample_fly import rejection_sample
 from spectune.kernels.rejection.rejection_sample_inputs import RejectionInputs, make_inputs
 from spectune.kernels.rejection.rejection_sample_ref import (
     ReferenceResult,
@@ -41,8 +41,12 @@ class RejectionSampleFamily:
         return make_inputs(problem, seed=seed, device=device)
 
     def launch(self, inputs: RejectionInputs, config: Mapping[str, int]) -> torch.Tensor:
-        """The kernels with ``config``, without the checks that read tensor contents."""
-        return rejection_sample(*inputs.args(), **inputs.kwargs(), config=config, validate=False)
+        """The kernels with ``config``, without the checks that read tensor contents (with
+        a FLy window, vLLM 0.33's semantics)."""
+        # A FLy window is vLLM 0.33's semantics, whatever vLLM is installed.
+        version = "0.33" if inputs.fly_window_size is not None else None
+        return rejection_sample(*inputs.args(), **inputs.kwargs(), vllm_version=version,
+                                config=config, validate=False)
 
     def reference(self, inputs: RejectionInputs) -> ReferenceResult:
         """The PyTorch reference's tokens and near-ties for ``inputs``."""

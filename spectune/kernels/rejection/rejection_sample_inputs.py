@@ -55,6 +55,9 @@ class RejectionInputs:
     top_k: torch.Tensor | None = None
     top_p: torch.Tensor | None = None
     min_p: torch.Tensor | None = None
+    fly_window_size: int | None = None
+    fly_entropy_threshold: float | None = None
+    fly_entropy_top_k: int = 3
 
     def kwargs(self) -> dict[str, Any]:
         """The launcher's keyword arguments."""
@@ -66,7 +69,17 @@ class RejectionInputs:
             "inv_q": self.inv_q,
             "seeds": self.seeds,
             **self.sampling_kwargs(),
+            **self.fly_kwargs(),
         }
+
+    def fly_kwargs(self) -> dict[str, Any]:
+        """vLLM 0.33's FLy arguments, when a window is set (none otherwise: without FLy
+        the launch and the reference take none)."""
+        if self.fly_window_size is None:
+            return {}
+        return {"fly_window_size": self.fly_window_size,
+                "fly_entropy_threshold": self.fly_entropy_threshold,
+                "fly_entropy_top_k": self.fly_entropy_top_k}
 
     def sampling_kwargs(self) -> dict[str, torch.Tensor]:
         """The sampling parameters to fold (only those given: none for plain

@@ -1,10 +1,11 @@
 """The plain PyTorch reference of the rejection-sampling kernels, and its exactness rule.
 
-Written from vLLM 0.32's semantics (its V1 ``rejection_sample`` on GPU), not from the
-kernels: probabilities are ``torch.softmax`` in float32, as vLLM computes them. The
-kernels' probabilities differ from those by a few ulps, so a decision may differ where
-rounding decides a near-tie (:data:`NEAR_TIE_RTOL`); :func:`decision_margins_agree`
-allows exactly that. Not part of the family's source hash.
+Written from vLLM's semantics (its V1 ``rejection_sample`` on GPU: 0.32's, and 0.33's
+FLy windows), not from the kernels: probabilities are ``torch.softmax`` in float32, as
+vLLM computes them, and FLy's entropy is computed from them as vLLM's
+``compute_fly_entropy`` does. The kernels' probabilities differ from those by a few ulps,
+so a decision may differ where rounding decides a near-tie (:data:`NEAR_TIE_RTOL`);
+:func:`decision_margins_agree` allows exactly that. Not part of the family's source hash.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ __all__ = [
     "NEAR_TIE_RTOL",
     "ReferenceResult",
     "decision_margins_agree",
+    "fly_entropy",
     "rejection_sample_reference",
 ]
 
@@ -56,9 +58,13 @@ def rejection_sample_reference(
     uniform_probs: torch.Tensor | None = None,
     inv_q: torch.Tensor | None = None,
     seeds: torch.Tensor | None = None,
+    fly_window_size: int | None = None,
+    fly_entropy_threshold: float | None = None,
+    fly_entropy_top_k: int = 3,
     rtol: float = NEAR_TIE_RTOL,
 ) -> ReferenceResult:
-    """Plain PyTorch version of vLLM 0.32's V1 rejection sampling (GPU semantics).
+    """Plain PyTorch version of vLLM's V1 rejection sampling (GPU semantics): 0.32's,
+    and with ``fly_window_size`` 0.33's FLy deferrals.
 
     Probabilities are ``torch.softmax`` in float32, as vLLM computes them; a row whose
     softmax is NaN (a NaN or +inf logit, or only -inf) rejects its draft and recovers
@@ -79,7 +85,11 @@ def rejection_sample_reference(
         uniform_probs: Acceptance coins.
         inv_q: Reciprocals of the exponential draws.
         seeds: Per-request seeds instead of ``uniform_probs`` and ``inv_q``.
-        rtol: Relative margin under which a decision is flagged as a near-tie.
+        fly_window_size, fly_entropy_threshold, fly_entropy_top_k: vLLM 0.33's FLy
+            (:mod:`spectune.kernels.rejection.rejection_sample_fly`); off without a window.
+        rtol: Relative margin under which a decision is flagged as a near-tie. A FLy
+            deferral is one where the entropy is within ``rtol * (1 + entropy)`` of the
+            threshold, or where it rests on a later row's near-tie.
     """
     logits = target_logits.detach().cpu().float()
     n_rows, vocab = logits.shape
@@ -93,10 +103,12 @@ def rejection_sample_reference(
         [True] * batch if is_greedy is None else [bool(g) for g in is_greedy.cpu()]
     )
     argmax = logits.argmax(dim=-1) if n_rows else torch.empty(0, dtype=torch.int64)
-    probs = torch.softmax(logits, dim=-1) if not all(greedy) else None
+    fly = fly_window_size is not None
+    probs = torch.softmax(logits, dim=-1) if fly or not all(greedy) else None
     dprobs = draft_probs.detach().cpu().float() if draft_probs is not None else None
     coins = uniform_probs.cpu().double() if uniform_probs is not None else None
     inv_q_cpu = inv_q.cpu() if inv_q is not None else None
+    entropy = fly_entropy(probs, fly_entropy_top_k) if fly and probs is not None else None
 
     tokens = torch.full(
         (batch, max_spec_len + 1), PLACEHOLDER_TOKEN_ID.value, dtype=torch.int32
@@ -105,38 +117,97 @@ def rejection_sample_reference(
     start = 0
     for req in range(batch):
         end = cu[req]
+        # The native test of every row (FLy reads later rows' before it decides).
+        native: list[bool] = []
+        native_near: list[bool] = []
+        for row in range(start, end):
+            d = int(drafts[row])
+            if greedy[req]:
+                native.append(d == int(argmax[row]))
+                native_near.append(False)
+                continue
+            assert probs is not None and coins is not None
+            dp_d = float(dprobs[row, d]) if (dprobs is not None and d >= 0) else 1.0
+            accepted = tie = False
+            if d >= 0 and dp_d > 0:
+                ratio = float(torch.tensor(float(probs[row, d])) / torch.tensor(dp_d))
+                u = float(coins[row])
+                accepted = ratio >= u
+                tie = abs(ratio - u) <= rtol * max(ratio, u)
+            native.append(accepted)
+            native_near.append(tie)
         rejected = False
         for pos, row in enumerate(range(start, end)):
             d = int(drafts[row])
+            near[req, pos] = native_near[pos]
+            accepted = native[pos]
+            if not accepted and fly:
+                assert entropy is not None and probs is not None
+                deferred, tie = _fly_defers(
+                    logits[row], probs[row], float(entropy[row]), d, dprobs, row,
+                    greedy=greedy[req], ahead=native[pos + 1:], ahead_near=native_near[pos + 1:],
+                    window=fly_window_size, threshold=fly_entropy_threshold, rtol=rtol,
+                )
+                near[req, pos] |= tie
+                accepted = deferred
             if greedy[req]:
-                token = int(argmax[row])
-                rejected = d != token
+                token = d if accepted else int(argmax[row])
+            elif accepted:
+                token = d
             else:
-                assert probs is not None and coins is not None and inv_q_cpu is not None
-                p = probs[row]
-                dp_d = float(dprobs[row, d]) if (dprobs is not None and d >= 0) else 1.0
-                accepted = False
-                if d >= 0 and dp_d > 0:
-                    ratio = float(torch.tensor(float(p[d])) / torch.tensor(dp_d))
-                    u = float(coins[row])
-                    accepted = ratio >= u
-                    if abs(ratio - u) <= rtol * max(ratio, u):
-                        near[req, pos] = True
-                if accepted:
-                    token = d
-                else:
-                    rejected = True
-                    token, tie = _recovered_token(
-                        p, None if dprobs is None else dprobs[row], d, inv_q_cpu[req], rtol
-                    )
-                    near[req, pos] |= tie
+                assert probs is not None and inv_q_cpu is not None
+                token, tie = _recovered_token(
+                    probs[row], None if dprobs is None else dprobs[row], d, inv_q_cpu[req], rtol
+                )
+                near[req, pos] |= tie
             tokens[req, pos] = token
-            if rejected:
+            if not accepted:
+                rejected = True
                 break
         if not rejected:
             tokens[req, end - start] = int(bonus[req])
         start = end
     return ReferenceResult(tokens=tokens, near_tie=near)
+
+
+def fly_entropy(probs: torch.Tensor, top_k: int) -> torch.Tensor:
+    """FLy's top-``k`` entropy of each row of float32 probabilities, as vLLM 0.33 computes
+    it: ``-sum p log p`` over the row's ``min(k, V)`` largest ``p`` (a zero ``p`` adds 0)."""
+    top = torch.topk(probs, k=min(top_k, probs.shape[-1]), dim=-1).values
+    terms = torch.where(top > 0, top * top.log(), torch.zeros_like(top))
+    return -terms.sum(dim=-1)
+
+
+def _fly_defers(
+    logits: torch.Tensor, probs: torch.Tensor, entropy: float, draft: int,
+    dprobs: torch.Tensor | None, row: int, *, greedy: bool, ahead: list[bool],
+    ahead_near: list[bool], window: int, threshold: float | None, rtol: float,
+) -> tuple[bool, bool]:
+    """Whether FLy defers a natively rejected draft, and whether that is a near-tie."""
+    assert threshold is not None
+    vocab = logits.shape[-1]
+    if not 0 <= draft < vocab or len(ahead) < window:
+        return False, False
+    if greedy:
+        if not float(logits[draft]) > float("-inf"):
+            return False, False
+        unsure = False
+    else:
+        dp_d = float(dprobs[row, draft]) if dprobs is not None else 1.0
+        p_d = float(probs[draft])
+        if not dp_d > 0 or not (p_d > 0 or float(logits[draft]) > float("-inf")):
+            return False, False
+        # A finite logit whose probability underflows (or nearly) in torch's softmax.
+        unsure = p_d < 2.0**-100
+        if not p_d > 0:
+            return False, unsure and all(ahead[:window])
+    if not all(ahead[:window]):
+        # Only a near-tie among the next decisions could let it defer.
+        return False, any(ahead_near[:window]) and entropy >= threshold
+    # vLLM compares float32 entropies with the threshold as a float32.
+    limit = float(torch.tensor(threshold, dtype=torch.float32))
+    unsure = unsure or abs(entropy - limit) <= rtol * (1.0 + abs(entropy))
+    return entropy >= limit, unsure or any(ahead_near[:window])
 
 
 def _recovered_token(
