@@ -8,7 +8,8 @@ kernels and their launcher (:func:`spectune.kernels.apply_temperature`,
 :func:`~spectune.kernels.gumbel_sample`, :func:`~spectune.kernels.sample`);
 ``<family>_space.py``, ``<family>_inputs.py``, ``<family>_ref.py`` and
 ``<family>_family.py`` the search space and default config, the inputs, the PyTorch
-reference and its rule, the adapter.
+reference and its rule, the adapter; ``top_k_top_p_versions.py`` the public
+:func:`~spectune.kernels.top_k_top_p`, which takes each vLLM release's arguments.
 
 Public (each imported at first use, with what it needs): every family's inputs,
 reference, agreement rule and tolerance, and :func:`rows_problem` (the problem of a

