@@ -125,11 +125,15 @@ class TopKTopPRouter(SamplingRouter):
         self._launcher, self._problem_for = top_k_top_p, rows_problem
 
     def apply_top_k_top_p(
-        self, logits: torch.Tensor, k: torch.Tensor | None, p: torch.Tensor | None
+        self, logits: torch.Tensor, k: torch.Tensor | None, p: torch.Tensor | None,
+        has_topp_only_rows: bool | None = None,
     ) -> torch.Tensor:
-        """Drop-in for vLLM 0.32's ``apply_top_k_top_p`` (masks in place, returns it)."""
+        """Drop-in for vLLM's ``apply_top_k_top_p``, 0.32's and 0.33's (masks in place,
+        returns it). ``has_topp_only_rows`` (0.33's, passed on as given) does not change
+        the mask."""
         args = (logits, k, p)
-        return self._call(logits, args, {}, lambda: self._unsupported(logits, k, p))
+        kwargs = {} if has_topp_only_rows is None else {"has_topp_only_rows": has_topp_only_rows}
+        return self._call(logits, args, kwargs, lambda: self._unsupported(logits, k, p))
 
     def _unsupported(self, logits: torch.Tensor, k: torch.Tensor | None,
                      p: torch.Tensor | None) -> str:

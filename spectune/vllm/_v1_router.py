@@ -169,8 +169,12 @@ class Router(SeamRouter):
         synthetic_mode: bool = False,
         synthetic_conditional_rates: torch.Tensor | None = None,
         use_fp64_gumbel: bool = False,
+        fly_window_size: int | None = None,
+        fly_entropy_threshold: float | None = None,
+        fly_entropy_top_k: int = 3,
     ) -> torch.Tensor:
-        """Drop-in for vLLM 0.32's ``rejection_sample`` (same arguments, same output).
+        """Drop-in for vLLM's ``rejection_sample``, 0.32's and 0.33's (same arguments,
+        same output; a FLy window, which only 0.33 passes, verifies with 0.33's FLy).
 
         When the fold companion deferred the sampling parameters of ``target_logits``,
         they are folded into the verification; a call that is not routed gets them
@@ -180,11 +184,18 @@ class Router(SeamRouter):
             draft_token_ids, num_draft_tokens, max_spec_len, cu_num_draft_tokens,
             draft_probs, target_logits, bonus_token_ids, sampling_metadata,
         )
-        kwargs = {
+        kwargs: dict[str, Any] = {
             "synthetic_mode": synthetic_mode,
             "synthetic_conditional_rates": synthetic_conditional_rates,
             "use_fp64_gumbel": use_fp64_gumbel,
         }
+        fly = None
+        if fly_window_size is not None:
+            # Only vLLM 0.33 passes a window, and its function takes these.
+            fly = {"fly_window_size": fly_window_size,
+                   "fly_entropy_threshold": fly_entropy_threshold,
+                   "fly_entropy_top_k": fly_entropy_top_k}
+            kwargs.update(fly)
         fold = self.fold
         pending = fold.take(target_logits) if fold is not None else None
         fallback = None
@@ -202,7 +213,7 @@ class Router(SeamRouter):
                 draft_probs, target_logits
             ),
             lambda: self.prepare(*args, use_fp64_gumbel=use_fp64_gumbel,
-                                 folded=pending is not None),
+                                 folded=pending is not None, fly=fly),
             fallback=fallback,
         )
 
@@ -231,12 +242,15 @@ class Router(SeamRouter):
         *,
         use_fp64_gumbel: bool = False,
         folded: bool = False,
+        fly: dict[str, Any] | None = None,
     ) -> tuple[RejectionInputs, dict[str, int]]:
         """The kernel family's inputs for one call, and its launch config.
 
         The config is looked up before any random number is drawn: should the lookup
         fail, vLLM's function gets the call with every generator untouched. ``folded``:
         the logits are raw, and the sampling parameters go to the folded family.
+        ``fly``: vLLM 0.33's FLy arguments (a window), verified with its FLy (the same
+        config: FLy runs the family's kernels, then its own two small launches).
         """
         if not target_logits.is_contiguous():
             target_logits = target_logits.contiguous()
@@ -273,6 +287,7 @@ class Router(SeamRouter):
             uniform_probs=uniform_probs,
             inv_q=inv_q,
             seeds=seeds,
+            **(fly or {}),
         )
         if fold_family is not None:
             inputs.temperature = sampling_metadata.temperature
