@@ -826,6 +826,44 @@ def test_fly_at_the_threshold(step: int, tally: Tally, triton_source: TritonSour
     tally.near_ties += int(ref.near_tie.sum())
 
 
+@pytest.mark.skipif(not HAS_FLY, reason=f"vLLM {VLLM_RELEASE} has no FLy windows (0.33's); "
+                    "its routing is tests/vllm/test_route.py's")
+@pytest.mark.parametrize("fly", [True, False], ids=["fly", "no-fly"])
+def test_v1_router_takes_033_calls(fly: bool, triton_source: TritonSource) -> None:
+    """spectune's V1 router as vLLM 0.33's ``RejectionSampler.forward`` calls it (every
+    FLy keyword, a window or ``None``) on 0.33's own module: the router draws vLLM's
+    random numbers from the same generators (leaving them as vLLM does) and its tokens
+    agree with vLLM's and the reference up to flagged near-ties."""
+    from spectune.identity import detect_device
+    from spectune.vllm._configs import TunedConfigs
+    from spectune.vllm._v1_router import Router
+
+    assert isinstance(triton_source, types.ModuleType)
+    case = FLY_CASES[3] if fly else replace(FLY_CASES[3], fly=None)
+    inputs = make_inputs(case)
+    uniform, inv_q = replay_vllm_draws(inputs)
+    ref = run_reference(inputs, uniform, inv_q)
+    fly_kwargs = inputs.fly or {"fly_window_size": None, "fly_entropy_threshold": None,
+                                "fly_entropy_top_k": 3}
+    router = Router(triton_source)
+    router.configure(TunedConfigs(device=detect_device(), lookup=lambda kernel, problem: None,
+                                  description="(test)", usable=0))
+    results = []
+    for function in (triton_source.rejection_sample, router.rejection_sample):
+        torch.manual_seed(99)
+        tokens = function(
+            inputs.drafts.clone(), list(inputs.counts), inputs.k, inputs.cu.clone(),
+            None if inputs.draft_probs is None else inputs.draft_probs.clone(),
+            inputs.logits.float(), inputs.bonus.clone(), sampling_metadata(inputs),
+            use_fp64_gumbel=inputs.fp64_gumbel, **fly_kwargs,
+        )
+        results.append((tokens, torch.get_rng_state()))
+    (theirs, their_state), (routed, routed_state) = results
+    assert router.stats.routed == 1, router.stats
+    assert torch.equal(their_state, routed_state)
+    assert_agree("triton_source", ref, routed, theirs)
+
+
 @pytest.mark.skipif(not HAS_FLY, reason=f"vLLM {VLLM_RELEASE} has no FLy windows (0.33's)")
 def test_zz_fly_cases_defer_and_do_not(tally: Tally) -> None:
     """The FLy cases include thresholds that defer and that do not (run after them)."""
