@@ -62,14 +62,18 @@ NO_TUNING = TunedConfigs(device=detect_device(), lookup=lambda kernel, problem: 
 
 @pytest.mark.parametrize("seams", [V1_SAMPLING_SEAMS, MRV2_SAMPLING_SEAMS], ids=["v1", "mrv2"])
 def test_every_seam_exists_with_vllms_parameters(seams: tuple) -> None:
-    """vLLM 0.32 holds every name routed, with the parameters the drop-in takes (a vLLM
-    upgrade that moves one fails here, not silently in an engine)."""
+    """The installed vLLM holds every name routed, with the parameters the drop-in takes
+    (a vLLM upgrade that moves one fails here, not silently in an engine); the drop-in's
+    further parameters (another release's) have defaults."""
     routers = sampling_routers(seams)
     assert len(routers) == len(seams)
     for router in routers:
         theirs = list(inspect.signature(getattr(router.module, router.seam)).parameters)
-        ours = list(inspect.signature(getattr(router, router.seam)).parameters)
-        assert ours == theirs, (router.where, ours, theirs)
+        params = inspect.signature(getattr(router, router.seam)).parameters
+        ours = list(params)
+        assert ours[:len(theirs)] == theirs, (router.where, ours, theirs)
+        assert all(params[name].default is not inspect.Parameter.empty
+                   for name in ours[len(theirs):]), (router.where, ours, theirs)
 
 
 @pytest.fixture
