@@ -311,7 +311,8 @@ def _fly_finalize_kernel(
             else:
                 token = draft
             if not accepted:
-                deferred = False
+                # Tensors, not Python literals, where branches assign: one type each.
+                deferred = tl.full((), 0, tl.int1)
                 if tl.load(fly_cand_ptr + row) != 0:
                     # The next `window` drafts (all there: a candidate has them) pass
                     # the native test.
@@ -331,11 +332,11 @@ def _fly_finalize_kernel(
                             x_d = load_folded(x_ptr + row * vocab + draft, True, temp,
                                               min_value, threshold, FOLD)
                             deferred = deferred & (tl.exp(x_d - row_max) * inv_den > 0.0)
-                if deferred:
-                    accepted = True
-                    token = draft
-                elif not greedy:
+                if not greedy:
+                    # Written by the row kernels for every natively rejected row.
                     token = argmax_of_parts(part_score_ptr, part_idx_ptr, row, SPLITS, BLOCK_S)
+                token = tl.where(deferred, draft, token)
+                accepted = deferred
             tokens = tl.where(offs == pos, token, tokens)
             rejected = not accepted
     if not rejected:
