@@ -8,6 +8,10 @@ One process sees one vLLM.
 
 :func:`installed_vllm_version` says which, read from the files (importing vLLM takes
 seconds); the session fixture :func:`vllm_series` gives it to a test, skipping without vLLM.
+
+Under ``TRITON_INTERPRET=1`` the interpreter's repeated re-patching of ``triton.language``
+on every jit-helper call is skipped (:mod:`tests._interpreter` says why that is safe): the
+kernels run the same operations in about half the time.
 """
 
 from __future__ import annotations
@@ -19,12 +23,17 @@ from pathlib import Path
 
 import pytest
 
+from tests._interpreter import skip_repeated_patching
+
 VLLM_TREE = os.environ.get("SPECTUNE_VLLM_TREE", "").strip()
 if VLLM_TREE:
     if "vllm" in sys.modules:  # a plugin imported it first: the tree would not be used
         raise RuntimeError("SPECTUNE_VLLM_TREE is set but vllm was imported before "
                            "tests/conftest.py could put the tree first on sys.path")
     sys.path.insert(0, str(Path(VLLM_TREE).resolve()))
+
+if os.environ.get("TRITON_INTERPRET") == "1":
+    skip_repeated_patching()
 
 
 def installed_vllm_version(*, full: bool = False) -> str | None:
