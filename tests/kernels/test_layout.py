@@ -32,7 +32,7 @@ KERNELS = ROOT / "spectune" / "kernels"
 GROUPS = ("rejection", "rejection_mrv2", "sampling")
 PUBLIC = {"spectune.kernels", *(f"spectune.kernels.{group}" for group in GROUPS)}
 #: What a module of a family subpackage holds, after the family's name.
-ROLES = {"space", "inputs", "ref", "family", "constants"}
+ROLES = {"space", "inputs", "ref", "family", "constants", "fly"}
 #: Imports of private modules outside the package, each with its reason.
 ALLOWED_PRIVATE = {
     # The kernels' own maintenance tool: it rewrites the memo of spectune/kernels.
@@ -120,7 +120,7 @@ def test_the_package_offers_the_kernels_and_the_registry() -> None:
         "FAMILIES", "KernelFamily", "LOGITS_DTYPES", "MAX_VOCAB", "ProblemLimits",
         "apply_min_p", "apply_temperature", "declared_limits", "family_hashes",
         "family_space", "get_family", "gumbel_sample", "preload", "rejection_sample",
-        "rejection_sample_mrv2", "sample", "top_k_top_p",
+        "rejection_sample_mrv2", "sample", "top_k_top_p", "vllm_semantics_version",
     ])
 
 
