@@ -33,3 +33,17 @@ def test_a_command_without_a_module_does_not_exist() -> None:
     result = CliRunner().invoke(main, ["bisect"])
     assert result.exit_code == 2
     assert "No such command 'bisect'" in result.output
+
+
+def test_doctor_vllm_seams_takes_an_optional_path(tmp_path) -> None:
+    """``--vllm-seams`` alone checks the installed vLLM; with a value, that tree; a path
+    holding no vLLM is a usage error naming it. (The checks themselves:
+    tests/vllm/test_seams.py.)"""
+    doctor = main.get_command(click.Context(main), "doctor")
+    assert doctor is not None
+    option = next(p for p in doctor.params if p.name == "seams_path")
+    assert isinstance(option, click.Option) and option.flag_value == "" and not option.is_flag
+    assert "--vllm-seams [PATH]" in CliRunner().invoke(main, ["doctor", "--help"]).output
+    result = CliRunner().invoke(main, ["doctor", "--vllm-seams", str(tmp_path)])
+    assert result.exit_code == 2
+    assert "holds no vllm package" in result.output and str(tmp_path) in result.output

@@ -22,8 +22,8 @@ Public API:
     rejection_sample: verify drafts (greedy and rejection sampling), vLLM V1 semantics,
         0.32's or 0.33's (FLy windows); its sampling parameters folded in with
         ``temperature``, ``top_k``, ``top_p``, ``min_p``.
-    rejection_sample_mrv2: verify drafts with vLLM 0.32 Model Runner V2 semantics (its
-        arguments, its counter-based random numbers).
+    rejection_sample_mrv2: verify drafts with vLLM Model Runner V2 semantics, 0.32's or
+        0.33's (FLy windows; its arguments, its counter-based random numbers).
     gumbel_sample: Gumbel-max sampling with Model Runner V2 semantics.
     apply_temperature, apply_min_p: Model Runner V2's temperature and min-p, in place.
     top_k_top_p: top-k/top-p masking, in place, exactly as vLLM's sort-based definition
@@ -37,6 +37,8 @@ Public API:
     family_hashes, family_space: the installed families as the database checks rows
         against them (source hashes; search space of a family on a backend).
     ProblemLimits, declared_limits: the largest problem a family takes.
+    vllm_semantics_version: the vLLM release whose semantics a kernel's
+        ``vllm_version=None`` selects (the installed one if supported, else the newest).
 """
 
 from __future__ import annotations
@@ -68,12 +70,13 @@ __all__ = [
     "rejection_sample_mrv2",
     "sample",
     "top_k_top_p",
+    "vllm_semantics_version",
 ]
 
 # Imported at first use (each with its family's kernels).
 __getattr__, __dir__ = lazy_names(__name__, {
     "rejection_sample": ".rejection.rejection_sample_fly",
-    "rejection_sample_mrv2": ".rejection_mrv2.rejection_sample_mrv2",
+    "rejection_sample_mrv2": ".rejection_mrv2.rejection_sample_mrv2_fly",
     "gumbel_sample": ".sampling.gumbel_sample",
     "apply_temperature": ".sampling.temperature",
     "apply_min_p": ".sampling.min_p",
@@ -81,6 +84,7 @@ __getattr__, __dir__ = lazy_names(__name__, {
     "sample": ".sampling.sample",
     "MAX_VOCAB": ".rejection.rejection_sample_constants",
     "LOGITS_DTYPES": "._tensors",
+    "vllm_semantics_version": "._vllm_version",
 })
 
 # What each family's source hash covers, in order: its kernels and launcher, the numbers

@@ -21,7 +21,9 @@ The package holds the controls (``_settings``), the worker hook (``_hook``), the
 the databases and the kernel registry (``_configs``), the routers (``_router``: what they
 share; ``_v1_router``, ``_mrv2_router``; ``_sampling_routers``: the sampling steps) and
 ``spectune doctor``'s checks (:mod:`spectune.vllm.doctor`), which use the plugin and are
-never imported by it. Importing this package imports nothing heavy.
+never imported by it. :mod:`spectune.vllm.seams` lists the vLLM functions the routers
+depend on, per supported vLLM release, and decides at engine start which families the
+installed vLLM admits. Importing this package imports nothing heavy.
 """
 
 from __future__ import annotations

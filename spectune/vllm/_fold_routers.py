@@ -274,7 +274,7 @@ class Mrv2FoldRouter(SeamRouter):
             expanded_local_pos=expanded_local_pos, temperature=states.temperature.gpu,
             seed=states.seeds.gpu, num_speculative_steps=steps,
             use_fp64=sampler.use_fp64_gumbel, apply_sampling_params=True, min_p=min_p,
-            top_k=top_k, top_p=top_p,
+            top_k=top_k, top_p=top_p, **_fly_settings(rejection_sampler),
         )
         key = (steps, cu_num_logits.shape[0], logits.shape[-1], logits.dtype,
                draft_logits is not None)
@@ -283,6 +283,19 @@ class Mrv2FoldRouter(SeamRouter):
     def _launch(self, family: Any, inputs: Any, config: dict[str, int]) -> Any:
         sampled, num_sampled = family.launch(inputs, config)
         return inputs.target_logits, sampled, num_sampled
+
+
+def _fly_settings(rejection_sampler: Any) -> dict[str, Any]:
+    """vLLM 0.33's FLy window of the sampler (none on 0.32), and the installed release
+    whose semantics the kernels apply."""
+    from spectune.kernels import vllm_semantics_version
+
+    return {
+        "fly_window_size": getattr(rejection_sampler, "fly_window_size", 0),
+        "fly_entropy_threshold": getattr(rejection_sampler, "fly_entropy_threshold", 0.3),
+        "fly_entropy_top_k": getattr(rejection_sampler, "fly_entropy_top_k", 3),
+        "vllm_version": vllm_semantics_version(),
+    }
 
 
 def _needs_processing(rejection_sampler: Any, idx_mapping_np: np.ndarray) -> bool:

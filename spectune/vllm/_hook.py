@@ -264,6 +264,13 @@ def on_worker_init(vllm_config: Any, *, at_first_call: bool | None = None) -> No
             router = new_router(rs, rng=rng_mode())
         if sampling_routed():
             add_sampling_companions(router, mrv2=uses_model_runner_v2(vllm_config))
+        # Only the families whose vLLM seams are the ones spectune implements route.
+        from spectune.vllm.seams import admit
+
+        if admit(router) is None:
+            STATE.routers.remove(router)
+            router = None
+            return
         STATE.router = router
         router.install()
         if at_first_call:

@@ -9,6 +9,10 @@ returns vLLM's ``(sampled, num_sampled)``; MRV2's random numbers are counter-bas
 host. A routed call reads no tensor contents (no host synchronisation) and allocates
 only buffers sized by shapes.
 
+The drop-in takes vLLM 0.32's arguments and 0.33's (FLy windows: routed), and the
+kernels verify with the installed release's semantics
+(:func:`spectune.kernels.vllm_semantics_version`, read once at the first call).
+
 Calls the family does not implement go to vLLM's function, counted with the reason:
 block verification, synthetic acceptance rates, watermarking, a draft vocabulary
 narrower than the target's, other dtypes, vocabularies past the kernels' limit.
@@ -49,12 +53,14 @@ class Mrv2Router(SeamRouter):
         self._max_vocab = 0
         self._logits_dtypes: tuple[torch.dtype, ...] = ()
         self._inputs_type: type[Mrv2Inputs] | None = None
+        self._vllm_version: str | None = None
 
     def _configure_kernels(self) -> None:
-        from spectune.kernels import LOGITS_DTYPES, MAX_VOCAB
+        from spectune.kernels import LOGITS_DTYPES, MAX_VOCAB, vllm_semantics_version
         from spectune.kernels.rejection_mrv2 import Mrv2Inputs
 
         self._inputs_type = Mrv2Inputs
+        self._vllm_version = vllm_semantics_version()
         self._max_vocab = MAX_VOCAB
         self._logits_dtypes = tuple(LOGITS_DTYPES)
 
@@ -81,8 +87,12 @@ class Mrv2Router(SeamRouter):
         watermarking: torch.Tensor | None = None,
         watermarking_skip_mask: torch.Tensor | None = None,
         watermark_key: int | None = None,
+        fly_window_size: int | None = None,
+        fly_entropy_threshold: float | None = None,
+        fly_entropy_top_k: int | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Drop-in for vLLM 0.32's MRV2 ``rejection_sample`` (same arguments, same output)."""
+        """Drop-in for vLLM's MRV2 ``rejection_sample``, 0.32's or 0.33's (same arguments,
+        same output)."""
         args = (
             target_logits, draft_logits, draft_sampled, cu_num_logits, pos, idx_mapping,
             expanded_idx_mapping, expanded_local_pos, temperature, seed, num_speculative_steps,
@@ -96,10 +106,17 @@ class Mrv2Router(SeamRouter):
             "watermarking_skip_mask": watermarking_skip_mask,
             "watermark_key": watermark_key,
         }
+        # vLLM 0.33's; passed on only when given (0.32's function has no such arguments).
+        fly = {name: value for name, value in (
+            ("fly_window_size", fly_window_size),
+            ("fly_entropy_threshold", fly_entropy_threshold),
+            ("fly_entropy_top_k", fly_entropy_top_k),
+        ) if value is not None}
+        kwargs.update(fly)
         return self._route(
             target_logits.device, args, kwargs,
             lambda: self._unsupported(*args, **kwargs),
-            lambda: self.prepare(*args, use_fp64=use_fp64),
+            lambda: self.prepare(*args, use_fp64=use_fp64, **fly),
         )
 
     def _unsupported(
@@ -114,8 +131,10 @@ class Mrv2Router(SeamRouter):
         watermarking: torch.Tensor | None,
         watermarking_skip_mask: torch.Tensor | None,
         watermark_key: int | None,
+        **fly: Any,
     ) -> str:
-        """Why a call is not routed (empty when it is); reads shapes and dtypes only."""
+        """Why a call is not routed (empty when it is); reads shapes and dtypes only (FLy
+        windows are routed)."""
         import torch
 
         if use_block_verification:
@@ -154,9 +173,13 @@ class Mrv2Router(SeamRouter):
         num_speculative_steps: int,
         *,
         use_fp64: bool = False,
+        fly_window_size: int = 0,
+        fly_entropy_threshold: float = 0.3,
+        fly_entropy_top_k: int = 3,
     ) -> tuple[Mrv2Inputs, dict[str, int]]:
-        """The kernel family's inputs for one call, and its launch config (cached per
-        shape: k, requests, vocabulary, logits dtype, draft logits given)."""
+        """The kernel family's inputs for one call (the installed release's semantics),
+        and its launch config (cached per shape: k, requests, vocabulary, logits dtype,
+        draft logits given; FLy windows or not, the same kernels' config)."""
         make_inputs = self._inputs_type
         family = self._family
         assert make_inputs is not None and family is not None
@@ -173,6 +196,10 @@ class Mrv2Router(SeamRouter):
             seed=seed,
             num_speculative_steps=num_speculative_steps,
             use_fp64=use_fp64,
+            fly_window_size=fly_window_size,
+            fly_entropy_threshold=fly_entropy_threshold,
+            fly_entropy_top_k=fly_entropy_top_k,
+            vllm_version=self._vllm_version,
         )
         key = (num_speculative_steps, cu_num_logits.shape[0], target_logits.shape[-1],
                target_logits.dtype, draft_logits is not None)

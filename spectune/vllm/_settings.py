@@ -33,8 +33,11 @@ __all__ = [
     "vllm_supported",
 ]
 
-#: vLLM versions the routing is written against: ``>= 0.32, < 0.33``.
-SUPPORTED_VLLM = ((0, 32), (0, 33))
+#: vLLM versions the plugin starts under: ``>= 0.32, < 0.34``. Which kernel families route
+#: under each is decided at engine start against the registered seams of that release
+#: (:mod:`spectune.vllm.seams`: what spectune implements there, and whether the installed
+#: vLLM's sources are the registered ones).
+SUPPORTED_VLLM = ((0, 32), (0, 34))
 #: ``SPECTUNE_DISABLE=1``: the plugin does nothing.
 ENV_DISABLE = "SPECTUNE_DISABLE"
 #: ``SPECTUNE_FORCE=1``: route even with no tuned configs usable here (default configs).

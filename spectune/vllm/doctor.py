@@ -116,6 +116,10 @@ def diagnose() -> Diagnosis:
         runner = f"Model Runner V2 (family {MRV2_KERNEL})"
     else:
         runner = f"V1 (family {V1_KERNEL})"
+    if supported and not disabled():
+        seams_ok, seams_reasons = _seams_verdict(version, mrv2=mrv2)
+        route = route and seams_ok
+        reasons += seams_reasons
     if route:
         reasons.append(
             f"a worker with speculative decoding routes its verification (either runner; "
@@ -138,6 +142,32 @@ def diagnose() -> Diagnosis:
         runner=runner,
         reasons=reasons,
     )
+
+
+def _seams_verdict(version: str | None, *, mrv2: bool) -> tuple[bool, list[str]]:
+    """Whether the engine start check (:func:`spectune.vllm.seams.admit`) would let the
+    runner's verification route, and what it would say."""
+    from spectune.vllm import seams
+    from spectune.vllm._settings import folding_routed, sampling_routed
+
+    verification = seams.MRV2 if mrv2 else seams.V1
+    families = [verification]
+    if sampling_routed():
+        families += ([seams.TOP_K_TOP_P, seams.TEMPERATURE, seams.MIN_P, seams.GUMBEL]
+                     if mrv2 else [seams.TOP_K_TOP_P])
+        if folding_routed():
+            families.append(seams.MRV2_FOLDED if mrv2 else seams.V1_FOLDED)
+    refused = seams.refused_seams(families, version=version)
+    if not refused:
+        release = seams.registered_release(version, seams.load_registry())
+        return True, [f"vLLM {version}'s seams are vLLM {release}'s, which spectune "
+                      "implements (spectune doctor --vllm-seams lists them)"]
+    kept_by_vllm = [family for family in families if any(
+        family in seam.families for seam in seams.SEAMS if seam.name in refused)]
+    lines = [seams.visible(f"vLLM {version}: {seams.summary(refused, version=version)}")]
+    if verification in kept_by_vllm:
+        return False, [*lines, "so a worker would step aside: vLLM runs unchanged"]
+    return True, [*lines, f"so vLLM keeps its own {', '.join(kept_by_vllm)}"]
 
 
 def _sampling_text(*, mrv2: bool) -> str:

@@ -10,14 +10,26 @@ what row ``r`` verifies), more request states than requests in no particular ord
 
 from __future__ import annotations
 
+import math
 import random
+from collections import Counter
 from dataclasses import dataclass, replace
 
 import torch
 
 from spectune.kernels.rejection_mrv2 import Mrv2Inputs
 
-__all__ = ["TEMPERATURES", "Mrv2Case", "build_mrv2", "fuzz_cases", "output_lists"]
+__all__ = [
+    "TEMPERATURES",
+    "FlyCase",
+    "Mrv2Case",
+    "build_fly",
+    "build_mrv2",
+    "fly_greedy_batch",
+    "fly_outcomes",
+    "fuzz_cases",
+    "output_lists",
+]
 
 #: Temperatures of random requests: from nearly greedy to nearly uniform.
 TEMPERATURES = (1e-3, 0.05, 0.5, 1.0, 2.0, 10.0)
@@ -231,3 +243,192 @@ def output_lists(sampled: torch.Tensor, num_sampled: torch.Tensor) -> list[list[
     """Each request's emitted tokens (what is past its count is not part of the output)."""
     sampled, num_sampled = sampled.cpu(), num_sampled.cpu()
     return [sampled[r, : int(num_sampled[r])].tolist() for r in range(sampled.shape[0])]
+
+
+# --------------------------------------------------------------------------------------
+# FLy windows (vLLM 0.33)
+# --------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class FlyCase:
+    """A batch verified with FLy windows.
+
+    Attributes:
+        case: The batch.
+        window: ``fly_window_size`` (0: FLy off).
+        threshold: ``always`` (0: every deferrable rejection is deferred), ``never`` (no
+            entropy reaches it) or ``split`` (halfway between two middle entropies of the
+            batch's draft rows: some rejections are deferred, some not).
+        top_k: ``fly_entropy_top_k``.
+    """
+
+    case: Mrv2Case
+    window: int
+    threshold: str
+    top_k: int = 3
+
+    @property
+    def id(self) -> str:
+        return f"{self.case.id}-W{self.window}-{self.threshold}-top{self.top_k}"
+
+
+def build_fly(fly: FlyCase) -> Mrv2Inputs:
+    """The arguments of ``fly.case`` with its FLy window, under vLLM 0.33's semantics."""
+    # Imported here: the public launcher module (the entropy vLLM computes).
+    from spectune.kernels.rejection_mrv2.rejection_sample_mrv2_fly import fly_entropy
+
+    inputs = build_mrv2(fly.case)
+    threshold = {"always": 0.0, "never": 1e9}.get(fly.threshold)
+    if threshold is None:
+        assert fly.threshold == "split", fly.threshold
+        counts = torch.diff(inputs.cu_num_logits.long())
+        local = inputs.expanded_local_pos.long()
+        draft_rows = local < counts.repeat_interleave(counts) - 1
+        entropies = fly_entropy(inputs.target_logits, fly.top_k)[draft_rows].unique()
+        middle = len(entropies) // 2
+        threshold = (float(entropies[max(middle - 1, 0)] + entropies[middle]) / 2
+                     if len(entropies) > 1 else 0.0)
+    return replace(inputs, fly_window_size=fly.window, fly_entropy_threshold=threshold,
+                   fly_entropy_top_k=fly.top_k, vllm_version="0.33")
+
+
+#: Greedy requests for :func:`fly_greedy_batch`, per window: each draft row's verdict and
+#: target row, then the tokens FLy emits (``d<i>``: draft ``i``; ``a<i>``: the argmax of
+#: row ``i``, the bonus row's when ``i`` is the draft count). ``acc``: the draft is the
+#: argmax; ``rej``: a tied maximum after it (finite); ``masked``: a token at ``-inf``;
+#: ``ph``: a ``-1`` placeholder. ``flat`` rows have three tied maxima (top-3 entropy about
+#: ln 3), ``peaked`` rows one (entropy about 0); the threshold is 0.5.
+FLY_GREEDY_REQUESTS: dict[int, list[tuple[list[str], list[str]]]] = {
+    1: [
+        # Deferred, then confirmed by the next draft; the chain goes on to the bonus row.
+        (["rej flat", "acc peaked", "acc flat"], ["d0", "d1", "d2", "a3"]),
+        # Deferred, and the window's draft is rejected: back to the deferred row.
+        (["rej flat", "rej flat", "acc peaked"], ["a0"]),
+        # A confident rejection is not deferred.
+        (["acc flat", "rej peaked", "acc flat"], ["d0", "a1"]),
+        # No window left after the last draft.
+        (["acc peaked", "rej flat"], ["d0", "a1"]),
+        # A placeholder in the window fails it.
+        (["rej flat", "ph flat", "acc peaked"], ["a0"]),
+        # A draft the target rules out (-inf) is never deferred.
+        (["masked flat", "acc peaked"], ["a0"]),
+        # Two windows, both confirmed.
+        (["rej flat", "acc peaked", "rej flat", "acc peaked", "acc flat"],
+         ["d0", "d1", "d2", "d3", "d4", "a5"]),
+        # A window confirmed, then a confident rejection.
+        (["rej flat", "acc flat", "rej peaked", "acc flat"], ["d0", "d1", "a2"]),
+        # No drafts: the bonus row only.
+        ([], ["a0"]),
+    ],
+    2: [
+        (["rej flat", "acc flat", "acc peaked", "acc flat"], ["d0", "d1", "d2", "d3", "a4"]),
+        # The window's second draft is rejected: back to the deferred row.
+        (["rej flat", "acc flat", "rej flat", "acc peaked"], ["a0"]),
+        # Two drafts left are not a window of two.
+        (["acc flat", "acc peaked", "rej flat", "acc flat"], ["d0", "d1", "a2"]),
+        (["rej flat", "acc flat"], ["a0"]),
+    ],
+}
+FLY_GREEDY_THRESHOLD = 0.5
+
+
+def fly_greedy_batch(
+    window: int, *, requests: int | None = None, vocab: int = 16
+) -> tuple[Mrv2Inputs, list[list[int]]]:
+    """A greedy batch of :data:`FLY_GREEDY_REQUESTS` (``window``'s, verified with
+    ``window``, or another window's with ``requests``) and the tokens FLy emits for it
+    (``window``'s list, whatever ``window`` is)."""
+    specs = FLY_GREEDY_REQUESTS[window if requests is None else requests]
+    counts = [len(rows) for rows, _ in specs]
+    k = max(counts)
+    row_logits: list[torch.Tensor] = []
+    # One slot per row: a request's first holds its last token (never read), then
+    # draft_sampled[r + 1] is the draft row r verifies.
+    slots: list[int] = []
+    expected = []
+    for req, (rows, tokens) in enumerate(specs):
+        argmaxes, own = [], []
+        for step, spec in enumerate([*rows, "bonus peaked"]):
+            verdict, shape = spec.split()
+            top = (3 * req + 5 * step) % (vocab - 3)
+            x = torch.full((vocab,), -2.0)
+            x[top : top + (3 if shape == "flat" else 1)] = 5.0 if shape == "flat" else 10.0
+            # A rejected draft is a tied maximum after the first (flat) or below it.
+            draft = {"acc": top, "rej": top + (1 if shape == "flat" else 2),
+                     "masked": top + 1, "ph": -1}.get(verdict, 0)
+            if verdict == "masked":
+                x[draft] = -math.inf
+            row_logits.append(x)
+            argmaxes.append(top)
+            if verdict != "bonus":
+                own.append(draft)
+        slots += [0, *own]
+        expected.append([own[int(t[1:])] if t[0] == "d" else argmaxes[int(t[1:])]
+                         for t in tokens])
+    rows_per_req = torch.tensor(counts) + 1
+    cu = torch.zeros(len(counts) + 1, dtype=torch.int64)
+    cu[1:] = rows_per_req.cumsum(0)
+    states = len(counts) + 2
+    idx_mapping = torch.randperm(states, generator=torch.Generator().manual_seed(window))
+    idx_mapping = idx_mapping[: len(counts)].to(torch.int32)
+    num_rows = int(cu[-1])
+    local = torch.arange(num_rows) - torch.repeat_interleave(cu[:-1], rows_per_req)
+    inputs = Mrv2Inputs(
+        target_logits=torch.stack(row_logits),
+        draft_logits=torch.randn(states, k, vocab, generator=torch.Generator().manual_seed(7)),
+        draft_sampled=torch.tensor(slots, dtype=torch.int64),
+        cu_num_logits=cu.to(torch.int32),
+        pos=torch.arange(num_rows, dtype=torch.int64) + 100,
+        idx_mapping=idx_mapping,
+        expanded_idx_mapping=idx_mapping.repeat_interleave(rows_per_req),
+        expanded_local_pos=local.to(torch.int32),
+        temperature=torch.zeros(states),
+        seed=torch.arange(states, dtype=torch.int64),
+        num_speculative_steps=k,
+        fly_window_size=window,
+        fly_entropy_threshold=FLY_GREEDY_THRESHOLD,
+        vllm_version="0.33",
+    )
+    return inputs, expected
+
+
+def fly_outcomes(inputs: Mrv2Inputs) -> Counter[str]:
+    """What FLy's windows do in a batch, by kind of request: ``"<greedy|random>
+    confirmed"`` (a deferred draft accepted), ``"<...> failed"`` (a window's draft
+    rejected), ``"below threshold"`` (a rejection that could be deferred, kept for its
+    entropy). Decided as the reference decides (float64), for guarding the test cases."""
+    # White-box: the reference's per-row tests.
+    from spectune.kernels.rejection_mrv2.rejection_sample_mrv2_ref import _Rows
+
+    window = inputs.fly_window_size
+    threshold = float(torch.tensor(inputs.fly_entropy_threshold, dtype=torch.float32))
+    cu = inputs.cu_num_logits.tolist()
+    seen: Counter[str] = Counter()
+    for req in range(len(cu) - 1):
+        state = int(inputs.idx_mapping[req])
+        temp = float(inputs.temperature[state])
+        kind = "greedy" if temp == 0.0 else "random"
+        rows = _Rows(target=inputs.target_logits.float(), draft=inputs.draft_logits,
+                     drafts=inputs.draft_sampled.long(), positions=inputs.pos, state=state,
+                     temp=temp, seed=int(inputs.seed[state]), use_fp64=inputs.use_fp64,
+                     rtol=1e-5)
+        start, n_drafts = cu[req], cu[req + 1] - cu[req] - 1
+        pending = -1
+        for step in range(n_drafts if window else 0):
+            accepted, deferrable, _ = rows.native(start + step, step)
+            if pending >= 0:
+                if not accepted:
+                    seen[f"{kind} failed"] += 1
+                    break
+                if step - pending == window:
+                    seen[f"{kind} confirmed"] += 1
+                    pending = -1
+            elif not accepted:
+                room = deferrable and step + window < n_drafts
+                if room and rows.entropy(start + step, inputs.fly_entropy_top_k) >= threshold:
+                    pending = step
+                    continue
+                seen["below threshold"] += room
+                break
+    return +seen

@@ -29,6 +29,7 @@ from triton.compiler import ASTSource
 # White-box: the kernels themselves, by module.
 import spectune.kernels.rejection.rejection_sample as rejection
 import spectune.kernels.rejection_mrv2.rejection_sample_mrv2 as rejection_mrv2
+import spectune.kernels.rejection_mrv2.rejection_sample_mrv2_fly as fly
 from spectune.kernels import _folding
 from spectune.kernels._truncation import ROUNDED_DIV, TRITON_DIV
 from spectune.kernels.rejection.rejection_sample_constants import FIXED_POINT_BITS
@@ -50,6 +51,9 @@ TYPES = {
     "d_stride1": "i64", "drafts_ptr": "*i64", "idx_map_ptr": "*i32", "t_gmax_ptr": "*fp32",
     "t_gsum_ptr": "*i64", "d_gmax_ptr": "*fp32", "d_gsum_ptr": "*i64", "n_groups": "i32",
     "pos_ptr": "*i64",
+    # vLLM 0.33's FLy windows.
+    "entropy_ptr": "*fp32", "accepted_ptr": "*i32", "window": "i32", "threshold": "fp32",
+    "sampled_ptr": "*i64", "num_sampled_ptr": "*i32",
 }
 RANDOM = {"HAS_DRAFT_PROBS": True, "SEEDED": True, "FRAC": FIXED_POINT_BITS}
 V1_FOLD = {"FOLD": ROUNDED_DIV.value}
@@ -81,6 +85,12 @@ LAUNCHES = [
                                         "BLOCK_G": 8, "FRAC": FIXED_POINT_BITS,
                                         "HAS_DRAFT_LOGITS": True, "USE_FP64": False,
                                         "FOLD": TRITON_DIV.value}),
+    (fly, "_processed_rows_kernel", {"BLOCK_V": 1024, "FOLD": TRITON_DIV.value}),
+    (fly, "_fly_decide_kernel", {"STEPS": 3, "SPLITS_V": 2, "BLOCK_SV": 2, "SPLITS": 2,
+                                 "BLOCK_R": 512, "BLOCK_G": 8, "FRAC": FIXED_POINT_BITS,
+                                 "HAS_DRAFT_LOGITS": True, "USE_FP64": False}),
+    (fly, "_fly_chain_kernel", {"STEPS": 3, "SPLITS_V": 2, "BLOCK_SV": 2, "SPLITS_R": 2,
+                                "BLOCK_SR": 2, "BLOCK_K": 4}),
 ]
 TARGETS = {"cuda": GPUTarget("cuda", 90, 32), "hip": GPUTarget("hip", "gfx942", 64)}
 out = []
@@ -109,5 +119,5 @@ def test_every_launched_kernel_compiles_for_cuda_and_hip() -> None:
     )
     assert done.returncode == 0, done.stderr[-4000:]
     results = json.loads(done.stdout.splitlines()[-1])
-    assert len(results) == 10 * len(wanted)
+    assert len(results) == 13 * len(wanted)
     assert all(r["asm_has_kernel"] for r in results), results

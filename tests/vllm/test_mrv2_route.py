@@ -167,6 +167,34 @@ def test_verify_gives_vllms_tokens_through_the_router(
     assert router.stats.routed == 3 and router.stats.passed == 0
 
 
+@pytest.mark.vllm_kernels
+def test_fly_windows_are_routed_with_vllms_tokens(
+    router: Mrv2Router, vllm_mrv2: Callable[..., Any]
+) -> None:
+    """vLLM 0.33's FLy method (in the ``-m vllm_kernels`` session): ``_verify`` passes
+    its window, threshold and top-k; the router takes the call, with vLLM's tokens."""
+    if load_vllm_mrv2().release == "0.32":
+        pytest.skip("vLLM 0.32 has no FLy windows")
+    spec = SimpleNamespace(
+        num_speculative_tokens=K, enable_adaptive_verification=False,
+        rejection_sample_method="fly", synthetic_acceptance_rates=None,
+        fly_window_size=1, fly_entropy_threshold=0.0, fly_entropy_top_k=3,
+    )
+    sampler = mrv2_rs.RejectionSampler(
+        _Sampler(TEMPERATURES, [1000 + 7 * i for i in range(STATES)]), spec, CPU,  # type: ignore[arg-type]
+    )
+    for seed in range(3):
+        args = batch(COUNTS, 97, seed=seed)
+        with_router = verify(sampler, args, draft=True)
+        mrv2_rs.rejection_sample = vllm_mrv2
+        try:
+            without = verify(sampler, args, draft=True)
+        finally:
+            router.install()
+        assert with_router == without, seed
+    assert router.stats.routed == 3 and router.stats.passed == 0
+
+
 @pytest.mark.parametrize(
     ("method", "reason"),
     [("block", "block verification"), ("synthetic", "synthetic acceptance")],

@@ -242,8 +242,8 @@ def test_register_hooks_the_platform_once_and_is_idempotent() -> None:
 
 @pytest.mark.parametrize(
     ("version", "ok"),
-    [("0.32.0", True), ("0.32.3.dev12+gabcdef", True), ("0.31.9", False), ("0.33.0", False),
-     ("1.32.0", False), ("dev", False), ("", False)],
+    [("0.32.0", True), ("0.32.3.dev12+gabcdef", True), ("0.31.9", False), ("0.33.0", True),
+     ("0.33.2", True), ("0.34.0", False), ("1.32.0", False), ("dev", False), ("", False)],
 )
 def test_supported_vllm_range(version: str, ok: bool) -> None:
     assert vllm_supported(version) is ok

@@ -3,10 +3,13 @@
 
 Modules, named after the family they serve:
 
-* ``rejection_sample_mrv2``: the ``@triton.jit`` kernels and their launcher
-  (:func:`spectune.kernels.rejection_sample_mrv2`); with
-  ``rejection_sample_mrv2_constants`` what the families' source hash covers (besides the
-  shared modules of :mod:`spectune.kernels`);
+* ``rejection_sample_mrv2``: the ``@triton.jit`` kernels and their launcher (vLLM 0.32's
+  semantics, and 0.33's without FLy windows); with ``rejection_sample_mrv2_constants``
+  what the families' source hash covers (besides the shared modules of
+  :mod:`spectune.kernels`);
+* ``rejection_sample_mrv2_fly``: vLLM 0.33's FLy windows (their kernels, and FLy's
+  entropy) and the public launcher of both releases
+  (:func:`spectune.kernels.rejection_sample_mrv2`, ``vllm_version=``);
 * ``rejection_sample_mrv2_space`` (and ``FOLDED``, the folded family's),
   ``rejection_sample_mrv2_inputs``, ``rejection_sample_mrv2_ref``,
   ``rejection_sample_mrv2_family``: the search space and default config, the launch's

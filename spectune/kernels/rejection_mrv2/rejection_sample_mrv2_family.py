@@ -8,7 +8,7 @@ from collections.abc import Mapping
 
 import torch
 
-from spectune.kernels.rejection_mrv2.rejection_sample_mrv2 import rejection_sample_mrv2
+from spectune.kernels.rejection_mrv2.rejection_sample_mrv2_fly import rejection_sample_mrv2
 from spectune.kernels.rejection_mrv2.rejection_sample_mrv2_inputs import (
     Mrv2Inputs,
     make_mrv2_inputs,
@@ -54,7 +54,7 @@ class RejectionSampleMrv2Family:
 
     def reference(self, inputs: Mrv2Inputs) -> Mrv2Reference:
         """The PyTorch reference's tokens and near-ties for ``inputs``."""
-        return rejection_sample_mrv2_reference(*inputs.args())
+        return rejection_sample_mrv2_reference(*inputs.args(), **inputs.fly_kwargs())
 
     def same(
         self,

@@ -49,14 +49,29 @@ class Mrv2Inputs:
     min_p: torch.Tensor | None = None
     top_k: torch.Tensor | None = None
     top_p: torch.Tensor | None = None
+    fly_window_size: int = 0
+    fly_entropy_threshold: float = 0.3
+    fly_entropy_top_k: int = 3
+    vllm_version: str | None = None
 
     def kwargs(self) -> dict[str, Any]:
-        """The launcher's keyword arguments (the folded sampling parameters)."""
+        """The launcher's keyword arguments (the folded sampling parameters, FLy's window
+        and the vLLM release whose semantics apply)."""
         return {
             "apply_sampling_params": self.apply_sampling_params,
             "min_p": self.min_p,
             "top_k": self.top_k,
             "top_p": self.top_p,
+            **self.fly_kwargs(),
+        }
+
+    def fly_kwargs(self) -> dict[str, Any]:
+        """The keywords the launcher and the reference share (FLy, the release)."""
+        return {
+            "fly_window_size": self.fly_window_size,
+            "fly_entropy_threshold": self.fly_entropy_threshold,
+            "fly_entropy_top_k": self.fly_entropy_top_k,
+            "vllm_version": self.vllm_version,
         }
 
     def args(self) -> tuple[object, ...]:

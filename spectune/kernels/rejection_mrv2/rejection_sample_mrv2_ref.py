@@ -1,12 +1,12 @@
 """The plain PyTorch reference of MRV2 verification, and its exactness rule.
 
-Written from vLLM 0.32's MRV2 semantics, not from the kernels: log-probabilities in
-float64 (exact to the float32 inputs, where vLLM and our kernels both carry float32
-normalisers a few ulps off), the random numbers of
-:mod:`spectune.kernels._counter_rng_host`. Greedy tokens are exact. A random
-decision is flagged as a near-tie when float32 rounding could decide it
-(:data:`MRV2_NEAR_TIE_RTOL`); :func:`mrv2_results_agree` allows a difference there and
-nowhere else. Not part of the family's source hash.
+Written from vLLM's MRV2 semantics (0.32's, and 0.33's FLy windows), not from the
+kernels: log-probabilities and FLy's entropy in float64 (exact to the float32 inputs,
+where vLLM and our kernels both carry float32 values a few ulps off), the random numbers
+of :mod:`spectune.kernels._counter_rng_host`. Greedy tokens are exact. A random
+decision, or FLy's entropy test, is flagged as a near-tie when float32 rounding could
+decide it (:data:`MRV2_NEAR_TIE_RTOL`); :func:`mrv2_results_agree` allows a difference
+there and nowhere else. Not part of the family's source hash.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import torch
 
 from spectune.kernels._counter_rng_host import coins, gumbel_noise
+from spectune.kernels._vllm_version import resolve_vllm_version
 from spectune.kernels.rejection_mrv2.rejection_sample_mrv2_constants import PLACEHOLDER_TOKEN_ID
 
 __all__ = [
@@ -63,15 +64,21 @@ def rejection_sample_mrv2_reference(
     num_speculative_steps: int,
     use_fp64: bool = False,
     *,
+    fly_window_size: int = 0,
+    fly_entropy_threshold: float = 0.3,
+    fly_entropy_top_k: int = 3,
+    vllm_version: str | None = None,
     rtol: float = MRV2_NEAR_TIE_RTOL,
 ) -> Mrv2Reference:
     """Plain PyTorch MRV2 verification; the arguments of
-    :func:`~spectune.kernels.rejection_sample_mrv2`, and ``rtol``.
+    :func:`~spectune.kernels.rejection_sample_mrv2` (FLy windows included), and ``rtol``.
 
     ``expanded_idx_mapping`` and ``expanded_local_pos`` are taken as consistent with
     ``idx_mapping`` and ``cu_num_logits`` (the launcher checks that).
     """
     del expanded_idx_mapping, expanded_local_pos
+    if fly_window_size and resolve_vllm_version(vllm_version) == "0.32":
+        raise ValueError("FLy windows are vLLM 0.33 semantics")
     target = target_logits.detach().cpu().float()
     vocab = target.shape[1]
     drafts = draft_sampled.detach().cpu().to(torch.int64)
@@ -92,6 +99,19 @@ def rejection_sample_mrv2_reference(
         state = states[req]
         temp = temps[state]
         n_drafts = end - start - 1
+        if fly_window_size:
+            row_of = _Rows(target=target, draft=draft, drafts=drafts, positions=positions,
+                           state=state, temp=float(temp), seed=seeds[state],
+                           use_fp64=use_fp64, rtol=rtol)
+            emitted, ties = _fly_request(
+                row_of, start, n_drafts, window=fly_window_size,
+                threshold=float(torch.tensor(fly_entropy_threshold, dtype=torch.float32)),
+                top_k=fly_entropy_top_k,
+            )
+            sampled[req, : len(emitted)] = torch.tensor(emitted, dtype=torch.int64)
+            num_sampled[req] = len(emitted)
+            near[req, : len(ties)] = torch.tensor(ties, dtype=torch.bool)
+            continue
         emitted: list[int] = []
         for step in range(n_drafts + 1):
             row = start + step
@@ -138,6 +158,108 @@ def rejection_sample_mrv2_reference(
         sampled[req, : len(emitted)] = torch.tensor(emitted, dtype=torch.int64)
         num_sampled[req] = len(emitted)
     return Mrv2Reference(sampled=sampled, num_sampled=num_sampled, near_tie=near)
+
+
+@dataclass(frozen=True)
+class _Rows:
+    """One request's rows and random streams, for the FLy walk."""
+
+    target: torch.Tensor
+    draft: torch.Tensor | None
+    drafts: torch.Tensor
+    positions: torch.Tensor
+    state: int
+    temp: float
+    seed: int
+    use_fp64: bool
+    rtol: float
+
+    def log_probs(self, row: int, step: int) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """float64 target and draft log-probabilities of a row (draft: ``None`` without
+        draft logits)."""
+        x = self.target[row].double()
+        t_logp = x - torch.logsumexp(x, 0)
+        if self.draft is None:
+            return t_logp, None
+        # Divided in float32 as the kernels do, then exact from there.
+        vocab = self.target.shape[1]
+        y = (self.draft[self.state, step, :vocab].float() / self.temp).double()
+        return t_logp, y - torch.logsumexp(y, 0)
+
+    def native(self, row: int, step: int) -> tuple[bool, bool, bool]:
+        """A draft's native test: (accepted, deferrable, near-tie)."""
+        d = int(self.drafts[row + 1])
+        if d < 0:
+            return False, False, False
+        if self.temp == 0.0:
+            x = self.target[row]
+            return int(torch.argmax(x)) == d, bool(x[d] > -math.inf), False
+        t_logp, d_logp = self.log_probs(row, step)
+        coin = float(coins(self.seed, self.positions[row : row + 1])[0])
+        d_value = 0.0 if d_logp is None else float(d_logp[d])
+        rhs = math.log(coin) + d_value
+        margin = float(t_logp[d]) - rhs
+        scale = 1.0 + abs(float(t_logp[d])) + abs(rhs)
+        deferrable = float(t_logp[d]) > -math.inf and d_value > -math.inf
+        return margin > 0, deferrable, abs(margin) <= self.rtol * scale
+
+    def stop_token(self, row: int, step: int, is_draft_row: bool) -> tuple[int, bool]:
+        """The token emitted where the chain stops (a rejected draft, a placeholder, the
+        bonus row), and whether it is a near-tie."""
+        x = self.target[row]
+        if self.temp == 0.0:
+            return int(torch.argmax(x)), False
+        vocab = x.shape[0]
+        noise = gumbel_noise(self.seed, int(self.positions[row]), torch.arange(vocab),
+                             fp64=self.use_fp64)
+        d = int(self.drafts[row + 1]) if is_draft_row else -1
+        if d < 0:
+            return _gumbel_argmax(x.double(), noise, None, self.rtol)
+        t_logp, d_logp = self.log_probs(row, step)
+        if d_logp is None:
+            residual = x.double().clone()
+            residual[d] = -math.inf
+            return _gumbel_argmax(residual, noise, None, self.rtol)
+        return _gumbel_argmax(t_logp, noise, d_logp, self.rtol)
+
+    def entropy(self, row: int, top_k: int) -> float:
+        """FLy's top-k entropy of the target row, in float64."""
+        x = self.target[row].double()
+        top = torch.topk(x, k=min(top_k, x.shape[0])).values
+        log_probs = top - torch.logsumexp(x, 0)
+        probs = log_probs.exp()
+        return -float(torch.where(probs > 0, probs * log_probs, 0.0).sum())
+
+
+def _fly_request(
+    rows: _Rows, start: int, n_drafts: int, *, window: int, threshold: float, top_k: int
+) -> tuple[list[int], list[bool]]:
+    """One request under FLy windows: its tokens, and per output position whether a
+    near-tie decided something there or after."""
+    ties = [False] * (n_drafts + 1)
+    accepted_len, pending = 0, -1
+    for step in range(n_drafts):
+        row = start + step
+        accepted, deferrable, tie = rows.native(row, step)
+        # Whatever this decision changes starts at the first position not yet confirmed.
+        ties[accepted_len] |= tie
+        if pending >= 0:
+            if not accepted:
+                break
+            if step - pending == window:
+                accepted_len, pending = step + 1, -1
+        elif accepted:
+            accepted_len = step + 1
+        else:
+            entropy = rows.entropy(row, top_k)
+            ties[accepted_len] |= abs(entropy - threshold) <= rows.rtol * (1.0 + abs(threshold))
+            if not (deferrable and step + window < n_drafts and entropy >= threshold):
+                break
+            pending = step
+    emitted = [int(rows.drafts[start + 1 + step]) for step in range(accepted_len)]
+    token, tie = rows.stop_token(start + accepted_len, accepted_len, accepted_len < n_drafts)
+    ties[accepted_len] |= tie
+    return [*emitted, token], ties
 
 
 def _gumbel_argmax(

@@ -1,13 +1,15 @@
 """Gumbel-max sampling with Model Runner V2's semantics and random numbers, tuned.
 
-Semantics and arguments are those of vLLM 0.32's MRV2 ``gumbel_sample``
-(``vllm/v1/worker/gpu/sample/gumbel.py``): for each token row, the argmax of the logits
-(float32; divided by the request's temperature when ``apply_temperature``) plus Gumbel
-noise; a temperature of 0, or a padded row (request state ``-1``), takes the plain
-argmax. The noise is vLLM's, bit for bit: a MurmurHash3 of ``(seed, pos, token)`` (a
+Semantics and arguments are those of vLLM's MRV2 ``gumbel_sample``
+(``vllm/v1/worker/gpu/sample/gumbel.py``, 0.32 and 0.33): for each token row, the argmax
+of the logits (float32; divided by the request's temperature when ``apply_temperature``)
+plus Gumbel noise; a temperature of 0, or a padded row (request state ``-1``), takes the
+plain argmax. The noise is vLLM's, bit for bit: a MurmurHash3 of ``(seed, pos, token)`` (a
 drafter's own draws at ``pos + 2**30``), see :mod:`spectune.kernels._counter_rng`. With a
 ``logits_cache`` the rows' logits (before temperature) are also copied into it, at the
-request's state and column, as vLLM's drafters keep them for verification.
+request's state and column, as vLLM's drafters keep them for verification; from vLLM 0.33
+on, the column is also mixed into the seed's high word (``seed ^ (col << 32)``, vLLM's
+``spec_step_seed``), so each draft step draws from its own stream.
 
 Two launches: one program per row and split takes the argmax of its chunk; one program
 per row reduces the chunks. Every value is computed per token, so the tokens are the
@@ -29,6 +31,7 @@ from spectune.kernels._counter_rng import DRAFT_NOISE_SALT, gumbel_noise
 from spectune.kernels._launch import launch_config
 from spectune.kernels._reductions import argmax_of_parts, split_row
 from spectune.kernels._tensors import INDEX_DTYPES, LOGITS_DTYPES, require_tensor
+from spectune.kernels._vllm_version import resolve_vllm_version
 from spectune.kernels.sampling.gumbel_sample_space import default_config, problem_for, search_space
 
 __all__ = ["gumbel_sample"]
@@ -44,7 +47,7 @@ def _chunk_kernel(
     part_max_ptr, part_arg_ptr, vocab, n_tiles, chunk,
     SPLITS: tl.constexpr, BLOCK_V: tl.constexpr, APPLY_TEMPERATURE: tl.constexpr,
     IS_DRAFTING: tl.constexpr, USE_FP64: tl.constexpr, HAS_CACHE: tl.constexpr,
-    PER_TOKEN_COL: tl.constexpr,
+    PER_TOKEN_COL: tl.constexpr, COL_SEED: tl.constexpr,
 ):
     """Argmax of (logits [/ temperature] + noise) over one chunk of one row."""
     pid = tl.program_id(0).to(tl.int64)
@@ -64,6 +67,9 @@ def _chunk_kernel(
             col = tl.load(col_ptr + row).to(tl.int64)
         else:
             col = tl.load(col_ptr).to(tl.int64)
+        if COL_SEED:
+            # vLLM 0.33: each cache column (draft step) draws from its own stream.
+            seed = seed ^ (col << 32)
     offs = tl.arange(0, BLOCK_V)
     lo = split * chunk
     best = tl.full((), float("-inf"), tl.float64 if USE_FP64 else tl.float32)
@@ -117,10 +123,11 @@ def gumbel_sample(
     use_fp64: bool = False,
     logits_cache_source: torch.Tensor | None = None,
     *,
+    vllm_version: str | None = None,
     config: Mapping[str, int] | None = None,
     validate: bool = True,
 ) -> torch.Tensor:
-    """Sample one token per row by Gumbel-max; vLLM 0.32 Model Runner V2 semantics.
+    """Sample one token per row by Gumbel-max; vLLM Model Runner V2 semantics.
 
     Args:
         logits: ``[num_tokens, V]`` float32/bfloat16/float16 (last dim contiguous).
@@ -137,6 +144,9 @@ def gumbel_sample(
         use_fp64: Gumbel-max in float64 (vLLM's ``use_fp64_gumbel``).
         logits_cache_source: What is stored in the cache (default ``logits``); same shape
             as ``logits``, the cache's dtype.
+        vllm_version: Whose semantics: ``"0.32"`` or ``"0.33"`` (with a cache, 0.33
+            mixes the row's column into its seed); ``None``, the installed vLLM's
+            (:func:`spectune.kernels.vllm_semantics_version`).
         config: Launch configuration (see
             :func:`~spectune.kernels.sampling.gumbel_sample_space.search_space`); ``None`` uses
             the default config of the launch's problem.
@@ -154,6 +164,7 @@ def gumbel_sample(
         logits_cache_source, apply_temperature=apply_temperature, is_drafting=is_drafting,
         use_fp64=use_fp64, validate=validate,
     )
+    col_seed = resolve_vllm_version(vllm_version) != "0.32" and logits_cache is not None
     num_tokens, vocab = logits.shape
     config, launch_opts = launch_config(
         config, logits.device, search_space=search_space, default_config=default_config,
@@ -181,7 +192,7 @@ def gumbel_sample(
         part_max, part_arg, vocab, per_split, chunk,
         SPLITS=splits, BLOCK_V=block, APPLY_TEMPERATURE=apply_temperature,
         IS_DRAFTING=is_drafting, USE_FP64=use_fp64, HAS_CACHE=has_cache,
-        PER_TOKEN_COL=has_cache and col.dim() > 0, **launch_opts,
+        PER_TOKEN_COL=has_cache and col.dim() > 0, COL_SEED=col_seed, **launch_opts,
     )
     _reduce_kernel[(num_tokens,)](
         out, part_max, part_arg, SPLITS=splits, BLOCK_S=triton.next_power_of_2(splits),

@@ -1,6 +1,6 @@
 """The plain PyTorch reference of Gumbel-max sampling, and its exactness rule.
 
-Written from vLLM 0.32's MRV2 ``gumbel_sample`` semantics; the noise from
+Written from vLLM's MRV2 ``gumbel_sample`` semantics (0.32 and 0.33); the noise from
 :mod:`spectune.kernels._counter_rng_host`, whose ``log`` may differ from the device's by
 an ulp: a token is flagged as a near-tie when the runner-up's score is that close
 (:data:`GUMBEL_NEAR_TIE_RTOL`). Not part of the family's source hash.
@@ -15,6 +15,7 @@ import torch
 
 from spectune.kernels._counter_rng import DRAFT_NOISE_SALT
 from spectune.kernels._counter_rng_host import gumbel_noise
+from spectune.kernels._vllm_version import resolve_vllm_version
 
 __all__ = [
     "GUMBEL_NEAR_TIE_RTOL",
@@ -49,15 +50,22 @@ def gumbel_reference(
     use_fp64: bool = False,
     logits_cache_source: torch.Tensor | None = None,
     *,
+    vllm_version: str | None = None,
     rtol: float = GUMBEL_NEAR_TIE_RTOL,
 ) -> GumbelReference:
-    """Plain PyTorch ``gumbel_sample`` (the logits cache, a copy, is not modelled)."""
-    del logits_cache, logits_cache_col, logits_cache_source
+    """Plain PyTorch ``gumbel_sample`` (the logits cache's copy is not modelled; with
+    vLLM 0.33's semantics its column is mixed into each row's seed, as vLLM does)."""
+    del logits_cache_source
     x_all = logits.detach().cpu().float()
     states = [int(s) for s in expanded_idx_mapping.cpu()]
     temps = temperature.detach().cpu().float()
     seeds = [int(s) for s in seed.cpu()]
     positions = [int(p) for p in pos.cpu()]
+    cols = [0] * len(states)
+    if logits_cache is not None and resolve_vllm_version(vllm_version) != "0.32":
+        assert logits_cache_col is not None
+        col = logits_cache_col.cpu().to(torch.int64)
+        cols = col.tolist() if col.dim() else [int(col)] * len(states)
     vocab = x_all.shape[1]
     tokens = torch.arange(vocab)
     sampled = torch.empty(len(states), dtype=torch.int64)
@@ -71,7 +79,8 @@ def gumbel_reference(
         if apply_temperature:
             x = x / temps[state]  # float32, as the kernels divide
         position = positions[row] + (DRAFT_NOISE_SALT.value if is_drafting else 0)
-        noise = gumbel_noise(seeds[state], position, tokens, fp64=use_fp64)
+        # Python ints xor as int64 do (two's complement) and stay within int64 here.
+        noise = gumbel_noise(seeds[state] ^ (cols[row] << 32), position, tokens, fp64=use_fp64)
         score = x.double() + noise.double()
         best = int(torch.argmax(score))
         top = float(score[best])

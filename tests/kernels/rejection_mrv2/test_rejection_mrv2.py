@@ -38,13 +38,21 @@ from spectune.kernels.rejection_mrv2 import (
     Mrv2Reference,
     mrv2_results_agree,
     rejection_sample_mrv2_reference,
+    unfolded_mrv2,
 )
 
 # White-box: the softmax group every statistics tile must hold whole.
 from spectune.kernels.rejection_mrv2.rejection_sample_mrv2_constants import GROUP
 from spectune.space import InvalidConfigError, Problem
 from tests.kernels.conftest import DEVICE
-from tests.kernels.mrv2_cases import Mrv2Case, build_mrv2, output_lists
+from tests.kernels.mrv2_cases import (
+    FlyCase,
+    Mrv2Case,
+    build_fly,
+    build_mrv2,
+    fly_greedy_batch,
+    output_lists,
+)
 
 FAMILY = get_family("rejection_sample_mrv2")
 
@@ -618,3 +626,127 @@ def test_family_round_trip(problem: Problem) -> None:
     assert not FAMILY.same(ref, (sampled, other_count))
     assert not FAMILY.same((sampled, counts), (sampled, other_count))
     assert FAMILY.same((sampled, counts), (sampled.clone(), counts.clone()))
+
+
+# --------------------------------------------------------------------------------------
+# (f) vLLM 0.33: FLy windows, the release's semantics
+# --------------------------------------------------------------------------------------
+
+
+def run_fly(inputs: Mrv2Inputs, config: dict[str, int] | None = None) -> tuple[torch.Tensor, ...]:
+    sampled, num_sampled = rejection_sample_mrv2(*inputs.args(), **inputs.kwargs(),
+                                                 config=config)
+    return sampled.cpu(), num_sampled.cpu()
+
+
+@pytest.mark.parametrize("window", [0, 1, 2, 4])
+def test_fly_greedy_windows_give_the_tokens_derived_by_hand(window: int) -> None:
+    """Windows 1 and 2: deferrals confirmed and failed, confident rejections, no room
+    left, placeholders and ruled-out drafts (:data:`tests.kernels.mrv2_cases.
+    FLY_GREEDY_REQUESTS`). Window 0 (FLy off) and 4 (= k: never room for a window) on
+    window 2's requests: the native tokens."""
+    inputs, expected = fly_greedy_batch(window, requests=None if window in (1, 2) else 2)
+    inputs = on_device(inputs)
+    if window in (0, 4):
+        expected = [_greedy_expected(inputs, req) for req in range(len(expected))]
+    out = run_fly(inputs)
+    assert output_lists(*out) == expected
+    ref = rejection_sample_mrv2_reference(*inputs.args(), **inputs.fly_kwargs())
+    assert output_lists(ref.sampled, ref.num_sampled) == expected
+    assert not bool(ref.near_tie.any())
+    past = torch.arange(out[0].shape[1])[None, :] >= out[1][:, None].long()
+    assert bool((out[0][past] == -1).all())
+
+
+#: Seeds where a window is confirmed (in random requests; in a greedy one).
+FLY_CONFIG_CASES = [
+    FlyCase(Mrv2Case(4, 5, 97, _F32, True, "random", draft_noise=0.3, seed=87), 1, "always"),
+    FlyCase(Mrv2Case(5, 4, 300, _BF16, False, "mixed", placeholders=0.1, use_fp64=True,
+                     seed=84), 2, "split"),
+]
+#: The default config, and small tiles split four ways (the draw's parts combined).
+FLY_CONFIGS = [None, _SPACE.validate({"BLOCK_V": 256, "BLOCK_R": 256, "SPLITS": 4,
+                                      "num_warps": 1, "num_stages": 1})]
+
+
+@pytest.mark.parametrize("fly", FLY_CONFIG_CASES, ids=lambda f: f.id)
+def test_fly_windows_are_the_references_under_every_config(fly: FlyCase) -> None:
+    """Random and mixed batches: the reference's tokens (a near-tie apart), the same for
+    configs that split the draw, and windows confirmed (tokens the native test would not
+    give)."""
+    inputs = on_device(build_fly(fly))
+    ref = rejection_sample_mrv2_reference(*inputs.args(), **inputs.fly_kwargs())
+    outs = [run_fly(inputs, config) for config in FLY_CONFIGS]
+    ok, why = mrv2_results_agree(ref, outs[0])
+    assert ok, why
+    for config, out in zip(FLY_CONFIGS[1:], outs[1:], strict=True):
+        assert torch.equal(out[0], outs[0][0]) and torch.equal(out[1], outs[0][1]), config
+    native = reference(inputs)
+    assert bool((ref.num_sampled > native.num_sampled).any())
+
+
+def test_fly_windows_fold_the_sampling_parameters() -> None:
+    """With ``apply_sampling_params`` the processed rows FLy measures are vLLM's (random
+    requests truncated by top-k/top-p and min-p; greedy requests untouched, as vLLM's
+    sampling parameters leave them): the unfolded reference on the processed rows, with
+    windows confirmed in random and greedy requests."""
+    fly = FlyCase(Mrv2Case(4, 4, 97, _F32, True, "mixed", draft_noise=0.2, seed=85), 1,
+                  "always")
+    inputs = build_fly(fly)
+    states = inputs.temperature.shape[0]
+    gen = torch.Generator().manual_seed(3)
+    greedy = inputs.temperature == 0
+    top_k = torch.where(greedy, 97, torch.randint(40, 97, (states,), generator=gen))
+    top_p = torch.where(greedy, 1.0, 0.9 + 0.1 * torch.rand(states, generator=gen))
+    min_p = torch.where(greedy, 0.0, 0.02)
+    inputs = on_device(replace(inputs, apply_sampling_params=True, top_k=top_k.int(),
+                               top_p=top_p.float(), min_p=min_p.float()))
+    processed = unfolded_mrv2(inputs)
+    ref = rejection_sample_mrv2_reference(*processed.args(), **processed.fly_kwargs())
+    ok, why = mrv2_results_agree(ref, run_fly(inputs))
+    assert ok, why
+    native = rejection_sample_mrv2_reference(*processed.args())
+    temps = inputs.temperature[inputs.idx_mapping.long()].cpu()
+    confirmed = ref.num_sampled > native.num_sampled
+    assert bool((confirmed & (temps == 0)).any()) and bool((confirmed & (temps > 0)).any())
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"fly_window_size": 1, "vllm_version": "0.32"}, "FLy windows are vLLM 0.33"),
+        ({"fly_window_size": -1}, "fly_window_size must be a non-negative int"),
+        ({"fly_window_size": True}, "fly_window_size must be a non-negative int"),
+        ({"fly_window_size": 1, "fly_entropy_top_k": 0}, "fly_entropy_top_k must be"),
+        ({"fly_window_size": 1, "fly_entropy_threshold": "high"}, "fly_entropy_threshold"),
+        ({"vllm_version": "0.34"}, "vllm_version must be one of"),
+        ({"use_block_verification": True}, "block verification is not implemented"),
+        ({"synthetic_conditional_rates": torch.ones(3)}, "synthetic acceptance"),
+        ({"watermark_key": 5}, "watermark_key: watermarking is not implemented"),
+        ({"contexts": torch.zeros(3, 2)}, "contexts: watermarking"),
+    ],
+    ids=lambda v: str(v) if isinstance(v, str) else None,
+)
+def test_release_arguments_are_checked(change: dict[str, Any], message: str) -> None:
+    inputs = _valid_inputs()
+    kwargs = {**inputs.kwargs(), "vllm_version": "0.33", **change}
+    with pytest.raises(ValueError, match=message):
+        rejection_sample_mrv2(*inputs.args(), **kwargs)
+
+
+def test_the_release_defaults_to_the_installed_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``vllm_version=None`` is the installed vLLM's release when supported, else the
+    newest; without a FLy window both releases give the same tokens."""
+    import spectune.kernels._vllm_version as versions
+    from spectune.kernels import vllm_semantics_version
+
+    installed = versions.installed_vllm_release()
+    if installed in versions.SUPPORTED_VLLM_VERSIONS:
+        assert vllm_semantics_version() == installed
+    for release, expected in (("0.32", "0.32"), ("0.33", "0.33"), ("0.34", "0.33"),
+                              (None, "0.33")):
+        monkeypatch.setattr(versions, "installed_vllm_release", lambda r=release: r)
+        assert vllm_semantics_version.__wrapped__() == expected
+    inputs = _valid_inputs()
+    old, new = (run_fly(replace(inputs, vllm_version=v)) for v in ("0.32", "0.33"))
+    assert torch.equal(old[0], new[0]) and torch.equal(old[1], new[1])

