@@ -88,10 +88,16 @@ def test_the_registry_covers_the_supported_releases() -> None:
         assert set(release["seams"]) == {seam.name for seam in seams.SEAMS}
 
 
-def test_0_33_is_admitted_for_no_seam_yet() -> None:
-    """Until the routers learn 0.33, a 0.33 install routes nothing (the lead flips these)."""
-    assert seams.IMPLEMENTED["0.33"] == frozenset()
+def test_both_series_are_implemented_for_every_seam() -> None:
+    """The kernels and routers compute 0.32's and 0.33's semantics (tests/kernels compares
+    each with that release's own kernels)."""
+    assert seams.IMPLEMENTED["0.33"] == {seam.name for seam in seams.SEAMS}
     assert seams.IMPLEMENTED["0.32"] == {seam.name for seam in seams.SEAMS}
+
+
+def _unimplemented(monkeypatch: pytest.MonkeyPatch, series: str) -> None:
+    """As before the routers learnt ``series``: none of its seams implemented."""
+    monkeypatch.setitem(seams.IMPLEMENTED, series, frozenset())
 
 
 @pytest.mark.parametrize(
@@ -162,7 +168,7 @@ def test_doctor_on_the_0_33_wheel_exits_0() -> None:
         result = doctor_seams(str(path))
         assert result.exit_code == 0, result.output
         assert "compared with the seams of vLLM 0.33.0" in result.output
-        assert f"(0 of {len(seams.SEAMS)})" in result.output  # nothing implemented yet
+        assert f"({len(seams.SEAMS)} of {len(seams.SEAMS)})" in result.output
     report = seams.check_tree(seams.SourceTree.at(tree))
     by_name = {check.seam.name: check for check in report.checks}
     # What 0.33 changed, as the registry sees it beside 0.32's.
@@ -372,7 +378,10 @@ def test_the_gate_refuses_the_changed_seams_only(tmp_path: Path) -> None:
      ("0.34.0", "vLLM 0.34.0 is not a version spectune knows (known: 0.32.0, 0.33.0)"),
      ("dev", "vLLM dev is not a version spectune knows (known: 0.32.0, 0.33.0)")],
 )
-def test_the_gate_refuses_what_spectune_does_not_know(version: str, why: str) -> None:
+def test_the_gate_refuses_what_spectune_does_not_know(
+    version: str, why: str, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    _unimplemented(monkeypatch, "0.33")
     refused = seams.refused_seams([seams.GUMBEL], version=version)
     seam = "vllm.v1.worker.gpu.sample.gumbel.gumbel_sample"
     assert refused == {seam: why.format(seam=seam)}
@@ -393,9 +402,11 @@ def _pretend(monkeypatch: pytest.MonkeyPatch, version: str) -> None:
     monkeypatch.setattr("spectune.vllm._settings.installed_vllm_version", lambda: version)
 
 
+@pytest.mark.vllm_kernels
 def test_admit_keeps_what_is_known(monkeypatch: pytest.MonkeyPatch) -> None:
-    if installed().version() != V32:
-        pytest.skip("routes the installed vLLM 0.32")
+    """On the installed vLLM's real modules (0.32, and 0.33 in its session), every family
+    of the V1 router is admitted, silently."""
+    assert installed().version() in ("0.32.0", "0.33.0")
     router = _v1_router()
     with plugin_records() as records:
         assert seams.admit(router) is router
@@ -426,16 +437,17 @@ def test_admit_drops_a_companion_whose_seam_is_not_implemented(
     assert seams.stepped_aside()[reason] == before.get(reason, 0) + 1
 
 
-def test_under_0_33_the_worker_steps_aside_and_leaves_vllm_untouched(
+def test_an_unimplemented_series_steps_aside_and_leaves_vllm_untouched(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """The whole worker path, with the installed vLLM taken for 0.33.0: one warning
-    naming the seams, nothing installed, the step-aside counted."""
+    """The whole worker path, with the installed vLLM taken for 0.33.0 and 0.33 not
+    implemented: one warning naming the seams, nothing installed, the step-aside counted."""
     import vllm.v1.sample.ops.topk_topp_sampler as topk
     import vllm.v1.sample.rejection_sampler as rs
 
     monkeypatch.setenv("TRITON_INTERPRET", "1")  # Triton could run the kernels here
     _pretend(monkeypatch, "0.33.0")
+    _unimplemented(monkeypatch, "0.33")
     originals = (rs.rejection_sample, rs.apply_sampling_constraints, topk.apply_top_k_top_p)
     routers = len(hook.STATE.routers)
     before = seams.stepped_aside()
@@ -468,6 +480,7 @@ def test_the_doctor_diagnosis_says_what_the_gate_would(
         assert "vLLM 0.32.0's seams are vLLM 0.32.0's, which spectune implements" in " ".join(
             diagnosis.reasons)
     monkeypatch.setattr(doctor, "installed_vllm_version", lambda: "0.33.0")
+    _unimplemented(monkeypatch, "0.33")
     diagnosis = doctor.diagnose()
     assert diagnosis.vllm_supported and not diagnosis.would_route
     text = " ".join(diagnosis.reasons)
