@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # One prepared check for a lent GPU (the device tool), under 9 minutes:
 #   1. the kernel tests of both families, natively on the GPU (SPECTUNE_TEST_DEVICE=cuda);
-#   2. scripts/bench_verify.py: ours vs vLLM 0.32's unfused V1 launch sequence;
-#   3. when vLLM is importable: scripts/bench_verify_mrv2.py (ours vs vLLM's Model Runner
+#   2. scripts/bench_verify.py: ours vs vLLM's unfused V1 launch sequence;
+#   3. when vLLM is importable (0.32 or 0.33): `spectune doctor --vllm-seams`,
+#      scripts/bench_verify_mrv2.py (ours vs vLLM's Model Runner
 #      V2 kernels themselves), benchmarks/bench_sampling.py (the sampling kernels and the
 #      fused sampler vs vLLM's) and scripts/mrv2_engine_check.py (an MRV2 engine with
 #      ngram speculation, greedy tokens with and without spectune).
@@ -35,6 +36,10 @@ timeout 50 python3 benchmarks/bench_folded.py --max-seconds 35 --vocab 128256 --
 [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
 
 if python3 -c 'import vllm' 2>/dev/null; then
+    # Whichever vLLM release is installed: its seams against the registry first (the
+    # plugin steps aside on a release or a seam it does not know).
+    python3 -c 'from spectune.cli import main; main()' doctor --vllm-seams 2>&1 \
+        | tee "$OUT/vllm-seams.txt"
     timeout 120 python3 scripts/bench_verify_mrv2.py --json "$OUT/bench-mrv2.json" 2>&1 \
         | tee "$OUT/bench-mrv2.log"
     [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
