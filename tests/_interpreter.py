@@ -13,16 +13,26 @@ interpreter time of the fused sampler's tests (cProfile: 5,044 scans for 20 prog
 module in the helper's globals is already patched (its ``where`` is no longer a builtin),
 and otherwise runs Triton's own code. The kernel executes the same operations either way
 (``tests/test_interpreter.py`` checks tokens are equal with and without). It is installed
-for the test processes only (``tests/conftest.py``); spectune itself never patches Triton.
+for the test processes only: the pytest process (``tests/conftest.py``) and the Python
+processes the tests start (sweep workers, engines, the CLI), through
+``tests/_site/sitecustomize.py`` on their ``PYTHONPATH``, which calls
+:func:`install_on_import` so that Triton is patched when its interpreter is imported and
+a process that never imports Triton pays nothing. spectune itself never patches Triton.
 If Triton's interpreter no longer has the structure this relies on, nothing is patched.
 """
 
 from __future__ import annotations
 
+import importlib.abc
+import importlib.machinery
 import inspect
+import sys
+import types
 from typing import Any
 
-__all__ = ["restore_patching", "skip_repeated_patching"]
+__all__ = ["install_on_import", "restore_patching", "skip_repeated_patching"]
+
+_INTERPRETER_MODULE = "triton.runtime.interpreter"
 
 _ORIGINAL_CALL: Any = None
 
@@ -40,20 +50,23 @@ def _can_patch(interpreter: Any) -> bool:
     return "_patch_lang(self.fn)" in source and "self.rewrite()" in source
 
 
-def skip_repeated_patching() -> bool:
-    """Install the shortcut; ``True`` if installed (idempotent)."""
+def skip_repeated_patching(interpreter: types.ModuleType | None = None) -> bool:
+    """Install the shortcut into Triton's ``interpreter`` module (imported if not given);
+    ``True`` if installed (idempotent)."""
     global _ORIGINAL_CALL
     if _ORIGINAL_CALL is not None:
         return True
-    import triton.language as tl
-    from triton.runtime import interpreter
-
+    if interpreter is None:
+        from triton.runtime import interpreter
     if not _can_patch(interpreter):
         return False
     original = interpreter.InterpretedFunction.__call__
     language_modules: dict[object, tuple[Any, ...]] = {}
 
     def call(self: Any, *args: Any, **kwargs: Any) -> Any:
+        # Imported here: the shortcut may be installed while Triton is still importing.
+        import triton.language as tl
+
         fn = self.fn
         modules = language_modules.get(fn)
         if modules is None:
@@ -82,3 +95,38 @@ def restore_patching() -> None:
 
     interpreter.InterpretedFunction.__call__ = _ORIGINAL_CALL
     _ORIGINAL_CALL = None
+
+
+class _PatchAfterImport(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """Finds Triton's interpreter module through the other finders, runs it, then installs
+    the shortcut into it."""
+
+    def __init__(self) -> None:
+        self._loader: Any = None
+
+    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> Any:
+        if fullname != _INTERPRETER_MODULE:
+            return None
+        spec = importlib.machinery.PathFinder.find_spec(fullname, path, target)
+        if spec is None or spec.loader is None:
+            return None
+        self._loader = spec.loader
+        spec.loader = self
+        return spec
+
+    def create_module(self, spec: Any) -> Any:
+        return self._loader.create_module(spec)
+
+    def exec_module(self, module: types.ModuleType) -> None:
+        self._loader.exec_module(module)
+        sys.meta_path[:] = [finder for finder in sys.meta_path if finder is not self]
+        skip_repeated_patching(module)
+
+
+def install_on_import() -> None:
+    """Install the shortcut once Triton's interpreter is imported (now, if it is)."""
+    module = sys.modules.get(_INTERPRETER_MODULE)
+    if module is not None:
+        skip_repeated_patching(module)
+    elif not any(isinstance(finder, _PatchAfterImport) for finder in sys.meta_path):
+        sys.meta_path.insert(0, _PatchAfterImport())

@@ -11,7 +11,8 @@ seconds); the session fixture :func:`vllm_series` gives it to a test, skipping w
 
 Under ``TRITON_INTERPRET=1`` the interpreter's repeated re-patching of ``triton.language``
 on every jit-helper call is skipped (:mod:`tests._interpreter` says why that is safe): the
-kernels run the same operations in about half the time.
+kernels run the same operations in about half the time; so do the Python processes the
+tests start (``tests/_site`` on their ``PYTHONPATH``).
 """
 
 from __future__ import annotations
@@ -34,6 +35,11 @@ if VLLM_TREE:
 
 if os.environ.get("TRITON_INTERPRET") == "1":
     skip_repeated_patching()
+# The Python processes the tests start get it too, through tests/_site/sitecustomize.py.
+_SITE = str(Path(__file__).resolve().parent / "_site")
+if _SITE not in os.environ.get("PYTHONPATH", "").split(os.pathsep):
+    os.environ["PYTHONPATH"] = os.pathsep.join(
+        part for part in (_SITE, os.environ.get("PYTHONPATH", "")) if part)
 
 
 def installed_vllm_version(*, full: bool = False) -> str | None:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -42,3 +44,14 @@ def test_kernels_give_the_same_output_with_and_without_it(family_name: str) -> N
     for a, b in zip(shortcut, triton_own, strict=True):
         assert torch.equal(a, b)
     assert family.same(family.reference(inputs), family.launch(inputs, config))
+
+
+def test_installed_in_the_python_processes_tests_start() -> None:
+    """Through tests/_site/sitecustomize.py, once Triton's interpreter is imported; a
+    process that never imports Triton does not import it for this."""
+    probe = ("import sys; assert 'triton' not in sys.modules; "
+             "from triton.runtime import interpreter; "
+             "print(interpreter.InterpretedFunction.__call__.__module__)")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                          check=True, env=os.environ.copy())
+    assert done.stdout.strip() == "_spectune_test_interpreter", done.stderr
