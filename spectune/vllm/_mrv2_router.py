@@ -157,6 +157,8 @@ class Mrv2Router(SeamRouter):
     ) -> tuple[Mrv2Inputs, dict[str, int]]:
         """The kernel family's inputs for one call, and its launch config (cached per
         shape: k, requests, vocabulary, logits dtype, draft logits given)."""
+        if not self._live:  # activated, not yet called: take what this needs
+            self._take_kernels()
         make_inputs = self._inputs_type
         family = self._family
         assert make_inputs is not None and family is not None
