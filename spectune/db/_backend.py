@@ -380,6 +380,12 @@ class Backend(ABC):
         """Whether the database does not exist yet (readers skip it, writers create it)."""
         return False
 
+    @property
+    def local_file(self) -> str | None:
+        """The one local file the database is, whose state says whether it changed (what
+        the serving path's read cache keys on); ``None`` for a server's database."""
+        return None
+
     def display(self) -> str:
         """The URL without its password."""
         return self.url.url_text()
@@ -479,6 +485,10 @@ class SQLiteBackend(Backend):
     @property
     def absent(self) -> bool:
         return not self.path.exists()
+
+    @property
+    def local_file(self) -> str | None:
+        return self.url.database or None
 
     def display(self) -> str:
         if self.url.database:

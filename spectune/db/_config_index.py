@@ -17,7 +17,9 @@ every row of a family is usable (the common case) its entries are built without 
 Python loop over the rows.
 
 Sources are read by :mod:`spectune.db._reader` (``sqlite3`` or ``psycopg``): loading
-never imports SQLAlchemy.
+never imports SQLAlchemy. What was read from a SQLite file is kept while the file is
+unchanged (:mod:`spectune.db._read_cache`): a worker that starts again, or another
+worker of the node, reads it from there, and checks it as read rows are checked.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from spectune.db._buckets import batch_bucket, is_batch_bucket
 from spectune.db._checks import Checker, Spaces, running_identity
 from spectune.db._fields import PROBLEM_FIELDS, Field
 from spectune.db._locations import ENV_DB, Source, readable_sources
+from spectune.db._read_cache import Groups, ReadCache
 from spectune.db._reader import reading
 from spectune.db.errors import DatabaseError
 from spectune.messages import one_line
@@ -219,12 +222,7 @@ def _load(source: Source, checker: Checker, entries: Entries) -> SourceReport:
     try:
         if source.url.absent:
             return SourceReport(name=name, location=location, status="absent")
-        with reading(source.url, immutable=source.immutable) as reader:
-            reader.require_current()
-            total = reader.count()
-            groups = reader.candidates(
-                columns=KEY_COLUMNS, running=checker.running, kernel_hashes=checker.kernel_hashes
-            )
+        total, groups = _read(source, checker)
     except Exception as exc:  # a reader the serving path uses never raises
         message = one_line(exc)
         logger.warning("spectune: skipping tuned-config database %s: %s", location, message)
@@ -256,6 +254,27 @@ def _load(source: Source, checker: Checker, entries: Entries) -> SourceReport:
         used=used,
         malformed=malformed,
     )
+
+
+def _read(source: Source, checker: Checker) -> tuple[int, Groups]:
+    """A source's row count and the rows of each family measured on the running system
+    (as :meth:`~spectune.db._reader.Reader.candidates` reads them): kept from an earlier
+    read of the same SQLite file while it is unchanged (:mod:`spectune.db._read_cache`),
+    else read, and kept."""
+    cache = ReadCache.of(source.url, running=checker.running,
+                         kernel_hashes=checker.kernel_hashes, columns=KEY_COLUMNS)  # fmt: skip
+    kept = None if cache is None else cache.load()
+    if kept is not None:
+        return kept
+    with reading(source.url, immutable=source.immutable) as reader:
+        reader.require_current()
+        total = reader.count()
+        groups = reader.candidates(
+            columns=KEY_COLUMNS, running=checker.running, kernel_hashes=checker.kernel_hashes
+        )
+    if cache is not None:
+        cache.keep(total, groups)
+    return total, groups
 
 
 def _add_rows(
