@@ -14,7 +14,7 @@ uses of a row (its key fields, booleans strictly, the batch bucket and the confi
 ``benchmarks/bench_plugin.py`` time it), so a row malformed only elsewhere (a bad
 timestamp) is still used; ``spectune db validate`` names every malformed row. Where
 every row of a family is usable (the common case) its entries are built without a
-Python loop over the rows.
+Python loop over the rows (which are handled column by column).
 
 Sources are read by :mod:`spectune.db._reader` (``sqlite3`` or ``psycopg``): loading
 never imports SQLAlchemy. What was read from a SQLite file is kept while the file is
@@ -231,11 +231,11 @@ def _load(source: Source, checker: Checker, entries: Entries) -> SourceReport:
         return SourceReport(name=name, location=location, status="error", error=message)
     usable = used = malformed = 0
     valid_exact = _ExactCheck()
-    for kernel, rows in groups:
-        if not rows:
+    for kernel, columns in groups:
+        if not columns or not columns[0]:
             continue
         usable_here, used_here, malformed_here = _add_rows(
-            kernel, rows, checker=checker, valid_exact=valid_exact, entries=entries
+            kernel, columns, checker=checker, valid_exact=valid_exact, entries=entries
         )
         usable += usable_here
         used += used_here
@@ -257,10 +257,10 @@ def _load(source: Source, checker: Checker, entries: Entries) -> SourceReport:
 
 
 def _read(source: Source, checker: Checker) -> tuple[int, Groups]:
-    """A source's row count and the rows of each family measured on the running system
-    (as :meth:`~spectune.db._reader.Reader.candidates` reads them): kept from an earlier
-    read of the same SQLite file while it is unchanged (:mod:`spectune.db._read_cache`),
-    else read, and kept."""
+    """A source's row count and, per family, its rows measured on the running system,
+    column by column (:data:`KEY_COLUMNS`, then the config as stored): kept from an
+    earlier read of the same SQLite file while it is unchanged
+    (:mod:`spectune.db._read_cache`), else read (and kept)."""
     cache = ReadCache.of(source.url, running=checker.running,
                          kernel_hashes=checker.kernel_hashes, columns=KEY_COLUMNS)  # fmt: skip
     kept = None if cache is None else cache.load()
@@ -269,26 +269,27 @@ def _read(source: Source, checker: Checker) -> tuple[int, Groups]:
     with reading(source.url, immutable=source.immutable) as reader:
         reader.require_current()
         total = reader.count()
-        groups = reader.candidates(
+        read = reader.candidates(
             columns=KEY_COLUMNS, running=checker.running, kernel_hashes=checker.kernel_hashes
         )
+    groups: Groups = [(kernel, list(zip(*rows, strict=True))) for kernel, rows in read]
     if cache is not None:
         cache.keep(total, groups)
     return total, groups
 
 
 def _add_rows(
-    kernel: str, rows: list[Any], *, checker: Checker, valid_exact: _ExactCheck,
-    entries: Entries,
+    kernel: str, columns: Sequence[Sequence[Any]], *, checker: Checker,
+    valid_exact: _ExactCheck, entries: Entries,
 ) -> tuple[int, int, int]:
     """Add one family's rows of a source to ``entries`` (an earlier source's entry wins).
 
     Args:
         kernel: The family.
-        rows: Its rows measured on the running system, as read: the key columns
-            (:data:`KEY_COLUMNS`), then the config as stored.
+        columns: Its rows measured on the running system, as read, column by column:
+            the key columns (:data:`KEY_COLUMNS`), then the config as stored.
         checker: Checks the configs, once per distinct stored config.
-        valid_exact: Checks the exact fields' values, once per distinct tuple.
+        valid_exact: Checks the exact fields' values, once per distinct value.
         entries: What earlier sources added.
 
     Returns:
@@ -300,25 +301,27 @@ def _add_rows(
     # configs, problems and buckets). The stored values stay the keys: SQLite's 1 and 0
     # equal (and hash as) True and False, which lookups use; a driver returns an
     # integer column as int, never bool.
-    verdicts = checker.stored_configs(kernel, set(map(_CONFIG_OF, rows)))
+    exact, batches, configs = columns[:len(_EXACT)], columns[len(_EXACT)], columns[-1]
+    count = len(configs)
+    verdicts = checker.stored_configs(kernel, set(configs))
     usable_configs = {stored: config for stored, (config, _) in verdicts.items()
                       if config is not None}  # fmt: skip
     table = entries.get(kernel, {})
     if (
         len(usable_configs) == len(verdicts)
-        and all(map(is_batch_bucket, set(map(_BATCH_OF, rows))))
-        and valid_exact.all_valid(rows)
+        and all(map(is_batch_bucket, set(batches)))
+        and valid_exact.columns_valid(exact)
     ):  # every row usable: no loop in Python
-        configs = map(usable_configs.__getitem__, map(_CONFIG_OF, rows))
-        added = dict(zip(map(_KEY_OF, rows), configs, strict=True))
-        if len(added) == len(rows):  # else two rows share a key (a stored 1 and True)
+        keys = zip(*exact, batches, strict=True)
+        added = dict(zip(keys, map(usable_configs.__getitem__, configs), strict=True))
+        if len(added) == count:  # else two rows share a key (a stored 1 and True)
             before = len(table)
             added.update(table)  # an earlier source's entry wins
             entries[kernel] = added
-            return len(rows), len(added) - before, 0
+            return count, len(added) - before, 0
     usable = used = malformed = 0
     entries[kernel] = table
-    for row in rows:
+    for row in zip(*columns, strict=True):
         config, bad_config = verdicts[_CONFIG_OF(row)]
         if bad_config or not valid_exact(_EXACT_OF(row)) or not is_batch_bucket(_BATCH_OF(row)):
             malformed += 1
@@ -354,12 +357,12 @@ class _ExactCheck:
             )
         return valid
 
-    def all_valid(self, rows: list[Any]) -> bool:
-        """Whether the exact fields of every one of ``rows`` (as read: the exact fields
-        first) hold values a row may hold; each field's distinct values checked once."""
+    def columns_valid(self, columns: Sequence[Sequence[Any]]) -> bool:
+        """Whether the exact fields of every row hold values a row may hold, given the
+        rows' exact fields column by column; each column's distinct values checked once."""
         return all(
-            all(self._value(field, memo, value) for value in set(map(itemgetter(at), rows)))
-            for at, (field, memo) in enumerate(zip(_EXACT, self._values, strict=True))
+            all(self._value(field, memo, value) for value in set(column))
+            for field, memo, column in zip(_EXACT, self._values, columns, strict=True)
         )
 
     @staticmethod

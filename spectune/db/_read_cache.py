@@ -69,8 +69,9 @@ _INT_MIN, _INT_MAX = -(2**63), 2**63 - 1
 
 #: A file's identity and last change; ``None`` for a companion file that is absent.
 FileState = tuple[int, int, int, int, int] | None
-#: What a load reads of a database, per kernel family: its rows.
-Groups = list[tuple[str, list[tuple[Any, ...]]]]
+#: What a load reads of a database, per kernel family: its rows, column by column (no
+#: column when it has none).
+Groups = list[tuple[str, list[Sequence[Any]]]]
 
 
 class ReadCache:
@@ -170,8 +171,7 @@ def _encode(header: dict[str, Any], total: int, groups: Groups) -> bytes | None:
     """The file's content: the JSON header, a newline, the arrays; ``None`` when a value
     is neither an integer nor text (not kept)."""
     described, arrays = [], []
-    for kernel, rows in groups:
-        columns = list(zip(*rows, strict=True)) if rows else []
+    for kernel, columns in groups:
         kinds, strings = [], []
         for values in columns:
             types = set(map(type, values))
@@ -187,14 +187,14 @@ def _encode(header: dict[str, Any], total: int, groups: Groups) -> bytes | None:
                 arrays.append(array(_ITEM, map(at.__getitem__, values)))
             else:
                 return None
-        described.append([kernel, len(rows), kinds, strings])
+        described.append([kernel, len(columns[0]) if columns else 0, kinds, strings])
     text = json.dumps({**header, "total": total, "groups": described}, separators=(",", ":"))
     return text.encode() + b"\n" + b"".join(each.tobytes() for each in arrays)
 
 
 def _decode(content: bytes, *, header: dict[str, Any], width: int) -> tuple[int, Groups] | None:
-    """The count and rows of a file's ``content``, if its header is ``header``; raises
-    (or returns ``None``) on anything else."""
+    """The count and columns of a file's ``content``, if its header is ``header``;
+    raises (or returns ``None``) on anything else."""
     end = content.index(b"\n")
     kept = json.loads(content[:end])
     if {key: kept.get(key) for key in header} != header:
@@ -213,7 +213,7 @@ def _decode(content: bytes, *, header: dict[str, Any], width: int) -> tuple[int,
             continue
         if len(kinds) != width or len(strings) != width:
             return None
-        columns: list[Any] = []
+        columns: list[Sequence[Any]] = []
         for kind, distinct in zip(kinds, strings, strict=True):
             values = array(_ITEM)
             values.frombytes(content[at:at + count * size])
@@ -221,14 +221,14 @@ def _decode(content: bytes, *, header: dict[str, Any], width: int) -> tuple[int,
             if len(values) != count:
                 return None
             if kind == "int":
-                columns.append(values)
+                columns.append(values.tolist())
             elif kind == "text" and all(type(each) is str for each in distinct):
-                if count and not 0 <= min(values) <= max(values) < len(distinct):
+                if not 0 <= min(values) <= max(values) < len(distinct):
                     return None
-                columns.append(map(distinct.__getitem__, values))
+                columns.append(list(map(distinct.__getitem__, values)))
             else:
                 return None
-        groups.append((kernel, list(zip(*columns, strict=True))))
+        groups.append((kernel, columns))
     return (total, groups) if at == len(content) else None
 
 
