@@ -31,8 +31,9 @@ One field list (``spectune.db._fields``) defines a row everywhere: its JSON and 
 forms, the table, the SQL and the checks. Reading uses one DB-API reader per storage
 (``sqlite3`` for SQLite files, ``psycopg`` for PostgreSQL): importing the package and
 :func:`load_index` never import SQLAlchemy, which only writers (creating and upgrading
-schemas, recording rows) bring in. The serving path is imported at once; the store,
-the files and the nightly history, which it does not need, on first use.
+schemas, recording rows) bring in. The serving path is imported at once; the row
+classes, the store, the files and the nightly history, which it does not need, on
+first use.
 """
 
 from __future__ import annotations
@@ -55,10 +56,10 @@ from spectune.db._backend import (
     parse_target,
     study_rdb,
 )
+from spectune.db._buckets import batch_bucket
 from spectune.db._checks import check_row
 from spectune.db._config_index import ConfigIndex, load_index
 from spectune.db._locations import Source, default_sources, user_db_path, write_target
-from spectune.db._row import Provenance, TunedRow, batch_bucket, utc_now
 from spectune.db.errors import DatabaseError
 
 if TYPE_CHECKING:
@@ -72,6 +73,7 @@ if TYPE_CHECKING:
         record_result,
         start_night,
     )
+    from spectune.db._row import Provenance, TunedRow, utc_now
     from spectune.db._store import (
         RecordOutcome,
         Store,
@@ -85,6 +87,8 @@ if TYPE_CHECKING:
 
 #: Public names the serving path does not need -> their module, imported on first use.
 _LAZY = {
+    # The row classes: the serving path reads no whole row.
+    **dict.fromkeys(("Provenance", "TunedRow", "utc_now"), "spectune.db._row"),
     **dict.fromkeys(("read_rows_file", "rows_to_json", "write_rows_file"), "spectune.db._files"),
     **dict.fromkeys(
         (

@@ -84,10 +84,27 @@ STUDIES_SCHEMA = "spectune_studies"
 #: What replaces a SQLite configs file's suffix to name its studies' journal file.
 STUDIES_JOURNAL_SUFFIX = ".studies.journal"
 
+
+class _LazyPattern:
+    """A regular expression compiled at its first use, not at import: compiling this
+    module's patterns costs every vLLM worker about 2 ms at start, and the serving path
+    needs none of them unless a URL names a database or something fails (``re`` keeps
+    what it compiled)."""
+
+    __slots__ = ("_flags", "_source")
+
+    def __init__(self, source: str, flags: int = 0) -> None:
+        self._source = source
+        self._flags = flags
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(re.compile(self._source, self._flags), name)
+
+
 _POSTGRES_DRIVER = "postgresql+psycopg"
 # DRIVER://[USER[:PASSWORD]@][HOST|[IPV6]][:PORT][/DATABASE][?QUERY], as SQLAlchemy reads
 # URLs: user, password and database are percent-decoded, the host is not.
-_URL = re.compile(
+_URL = _LazyPattern(
     r"(?P<driver>[\w+]+)://"
     r"(?:(?P<username>[^:/]*)(?::(?P<password>[^@]*))?@)?"
     r"(?:\[(?P<ipv6>[^/?]+)\]|(?P<host>[^/:?]+))?"
@@ -104,18 +121,18 @@ _WAL_RETRY_FIRST_S = 0.001
 # The journal mode a SQLite file records in its header (bytes 18 and 19): 2 is WAL.
 _WAL_HEADER = b"\x02\x02"
 _SQLITE_MESSAGES = (
-    (re.compile(r"file is not a database|file is encrypted"), "is not a SQLite database"),
-    (re.compile(r"malformed|corrupt"), "is corrupt"),
-    (re.compile(r"unable to open database"), "cannot be opened"),
-    (re.compile(r"readonly database|read-only"), "is read-only here"),
-    (re.compile(r"database is locked|database table is locked"), "is locked by another writer"),
+    (_LazyPattern(r"file is not a database|file is encrypted"), "is not a SQLite database"),
+    (_LazyPattern(r"malformed|corrupt"), "is corrupt"),
+    (_LazyPattern(r"unable to open database"), "cannot be opened"),
+    (_LazyPattern(r"readonly database|read-only"), "is read-only here"),
+    (_LazyPattern(r"database is locked|database table is locked"), "is locked by another writer"),
 )
 _PG_LOCK_KEY = 0x5BEC7E  # pg_advisory_xact_lock key serializing spectune migrations
 # Serializes the creation of the studies schema and of Optuna's tables by concurrent
 # workers (Optuna's create_all is not safe against a concurrent one). Apart from the
 # configs database's migration lock (_PG_LOCK_KEY).
 _PG_INIT_LOCK_KEY = 0x5BEC57
-_SCHEMA_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
+_SCHEMA_NAME = _LazyPattern(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
 # Exceptions (module, class name) that mean the connection, not the request, failed.
 _TRANSIENT_TYPES = frozenset(
     {
@@ -130,7 +147,7 @@ _TRANSIENT_TYPES = frozenset(
     }
 )
 # Connection failures that waiting does not cure: a wrong name, user or password.
-_PERMANENT = re.compile(
+_PERMANENT = _LazyPattern(
     r"does not exist|authentication failed|no pg_hba\.conf entry|permission denied|"
     r"password|unsupported|invalid (?:dsn|connection option)",
     re.IGNORECASE,
@@ -363,6 +380,12 @@ class Backend(ABC):
         """Whether the database does not exist yet (readers skip it, writers create it)."""
         return False
 
+    @property
+    def local_file(self) -> str | None:
+        """The one local file the database is, whose state says whether it changed (what
+        the serving path's read cache keys on); ``None`` for a server's database."""
+        return None
+
     def display(self) -> str:
         """The URL without its password."""
         return self.url.url_text()
@@ -462,6 +485,10 @@ class SQLiteBackend(Backend):
     @property
     def absent(self) -> bool:
         return not self.path.exists()
+
+    @property
+    def local_file(self) -> str | None:
+        return self.url.database or None
 
     def display(self) -> str:
         if self.url.database:

@@ -9,16 +9,17 @@ search space. Torch, runtime and spectune versions are recorded but not checked.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from operator import attrgetter
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
-from spectune.db._fields import RUNNING_FIELDS, check_config
-from spectune.db._row import TunedRow
+from spectune.db._fields import INT_MAX, RUNNING_FIELDS, check_config
 from spectune.db.errors import InvalidRowError
 from spectune.identity import DeviceIdentity, SoftwareIdentity
-from spectune.space import InvalidConfigError, SearchSpace
+from spectune.space import InvalidConfigError, SearchSpace, is_power_of_two
+
+if TYPE_CHECKING:
+    from spectune.db._row import TunedRow
 
 __all__ = [
     "Checker",
@@ -52,9 +53,11 @@ def running_identity(device: DeviceIdentity, software: SoftwareIdentity) -> tupl
     return _RUNNING(_System(device, software))  # type: ignore[no-any-return]
 
 
-@dataclass(frozen=True)
-class Verdict:
+class Verdict(NamedTuple):
     """Whether a row is usable here.
+
+    A named tuple, not a dataclass: this module is on vLLM's worker start-up path, where
+    generating dataclass methods costs milliseconds.
 
     Attributes:
         usable: True when nothing stands against it.
@@ -173,6 +176,7 @@ class Checker:
         self._backend = device.backend
         self._lookup = space_lookup(spaces)
         self._configs: dict[tuple[str, object], tuple[dict[str, int] | None, bool]] = {}
+        self._members: dict[str, Callable[[object], dict[str, int] | None] | None] = {}
 
     def check(self, row: TunedRow) -> Verdict:
         """The verdict on ``row``."""
@@ -218,20 +222,133 @@ class Checker:
         outside the search space. Never raises.
         """
         memo_key = (kernel, stored)
-        if memo_key not in self._configs:
-            try:
-                config = check_config(json.loads(stored))  # type: ignore[arg-type]
-            except (TypeError, ValueError, RecursionError):
-                verdict: tuple[dict[str, int] | None, bool] = (None, True)
-            else:
-                # check_config has checked the shape config_problem would check first.
-                lookup = self._lookup
-                problem = None if lookup is None else _space_problem(
-                    config, kernel=kernel, backend=self._backend, lookup=lookup
-                )
-                verdict = (None if problem else config, False)
-            self._configs[memo_key] = verdict
-        return self._configs[memo_key]
+        verdict = self._configs.get(memo_key)
+        if verdict is None:
+            verdict = self._configs[memo_key] = self._stored_verdict(kernel, stored)
+        return verdict
+
+    def stored_configs(
+        self, kernel: str, stored: Iterable[object]
+    ) -> dict[object, tuple[dict[str, int] | None, bool]]:
+        """:meth:`stored_config` of each of ``stored`` (distinct stored configs), by it.
+
+        The loader's hot path (every distinct config of a database, at every vLLM
+        worker's start): a config of the space's own keys and declared values is
+        accepted by a fast test (:func:`_space_member`), anything else decided by the
+        full checks, which name what is wrong (the same verdicts).
+        """
+        member = self._member_test(kernel)
+        memo = self._configs
+        verdicts: dict[object, tuple[dict[str, int] | None, bool]] = {}
+        for config in stored:
+            verdict = memo.get((kernel, config))
+            if verdict is None:
+                accepted = None
+                if member is not None:
+                    parsed = _parse_compact(config)
+                    if parsed is not _NOT_PARSED:
+                        accepted = member(parsed)
+                if accepted is not None:
+                    verdict = (accepted, False)
+                else:
+                    verdict = self._stored_verdict(kernel, config)
+                memo[(kernel, config)] = verdict
+            verdicts[config] = verdict
+        return verdicts
+
+    def _stored_verdict(
+        self, kernel: str, stored: object
+    ) -> tuple[dict[str, int] | None, bool]:
+        try:
+            config = check_config(json.loads(stored))  # type: ignore[arg-type]
+        except (TypeError, ValueError, RecursionError):
+            return (None, True)
+        # check_config has checked the shape config_problem would check first.
+        lookup = self._lookup
+        problem = None if lookup is None else _space_problem(
+            config, kernel=kernel, backend=self._backend, lookup=lookup
+        )
+        return (None if problem else config, False)
+
+    def _member_test(self, kernel: str) -> Callable[[object], dict[str, int] | None] | None:
+        """``kernel``'s :func:`_space_member` on the running backend, built once."""
+        if kernel not in self._members:
+            member = None
+            if self._lookup is not None:
+                try:
+                    space = self._lookup(kernel, self._backend)
+                except Exception:  # the full check names the failure, once per config
+                    space = None
+                member = None if space is None else _space_member(space)
+            self._members[kernel] = member
+        return self._members[kernel]
+
+
+def _space_member(space: SearchSpace) -> Callable[[object], dict[str, int] | None] | None:
+    """A fast test that a parsed stored config is in ``space``, or ``None`` (no fast test).
+
+    The test returns the config (a copy, as :func:`check_config` returns it) when it is a
+    dict of exactly the space's keys whose values are ``int`` values the space declares
+    (and :func:`check_config` accepts) and that satisfies every constraint: what
+    :func:`check_config` then :meth:`SearchSpace.validate` accept. Anything else gets
+    ``None``, and the full checks decide (and say why). Only for a plain
+    :class:`SearchSpace`, whose ``validate`` is the one this mirrors.
+    """
+    if type(space) is not SearchSpace:
+        return None
+    names = space.names
+    try:  # every key must pass check_config's key checks
+        check_config(dict.fromkeys(names, 0))
+    except ValueError:
+        return None
+    allowed = tuple(
+        (p.name, frozenset(
+            v for v in p.values
+            if type(v) is int and 0 <= v <= INT_MAX and (is_power_of_two(v) or not p.power_of_two)
+        ))
+        for p in space.params
+    )
+    size = len(allowed)
+    constraints = tuple(c.check for c in space.constraints)
+
+    def member(config: object) -> dict[str, int] | None:
+        # As many keys as the space, each of the space's: exactly the space's keys.
+        if type(config) is not dict or len(config) != size:
+            return None
+        ordered = {}  # in the space's order, as validate passes it to the constraints
+        for name, values in allowed:
+            value = config.get(name)
+            if type(value) is not int or value not in values:
+                return None
+            ordered[name] = value
+        for check in constraints:
+            if not check(ordered):
+                return None
+        return dict(config)
+
+    return member
+
+
+#: What :func:`_parse_compact` returns for text it leaves to ``json.loads``.
+_NOT_PARSED = object()
+#: The C scanner ``json.loads`` runs, without its Python wrappers.
+_SCAN = json.JSONDecoder().scan_once
+
+
+def _parse_compact(stored: object) -> object:
+    """``json.loads(stored)`` for JSON text without surrounding white space (as configs
+    are stored); :data:`_NOT_PARSED` for anything else (``json.loads`` decides).
+
+    ``json.loads`` skips white space, runs this scanner from there and refuses what
+    follows but white space: from the first character to the last, they agree.
+    """
+    if type(stored) is not str:
+        return _NOT_PARSED
+    try:
+        value, end = _SCAN(stored, 0)
+    except (StopIteration, ValueError, RecursionError):
+        return _NOT_PARSED
+    return value if end == len(stored) else _NOT_PARSED
 
 
 def check_row(
@@ -251,6 +368,8 @@ def check_row(
         kernel_hashes: Kernel family name -> source hash of the installed kernels.
         spaces: Search spaces (see :data:`Spaces`); ``None`` checks only config shape.
     """
+    from spectune.db._row import TunedRow  # here: the serving path builds no row
+
     if not isinstance(row, TunedRow):
         raise TypeError(f"row must be a TunedRow, got {type(row).__name__}")
     checker = Checker(device=device, software=software, kernel_hashes=kernel_hashes, spaces=spaces)

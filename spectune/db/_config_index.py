@@ -10,27 +10,31 @@ skipped; nothing here raises.
 A row edited into nonsense is skipped alone, and counted: the loader checks what it
 uses of a row (its key fields, booleans strictly, the batch bucket and the config) as
 :class:`spectune.db.TunedRow` would, once per distinct value. It reads no other field
-(it must load 10,000 rows within 50 ms: ``benchmarks/bench_db_load.py``), so a row
-malformed only elsewhere (a bad timestamp) is still used; ``spectune db validate``
-names every malformed row.
+(it runs at every vLLM worker's start: ``benchmarks/bench_db_load.py`` and
+``benchmarks/bench_plugin.py`` time it), so a row malformed only elsewhere (a bad
+timestamp) is still used; ``spectune db validate`` names every malformed row. Where
+every row of a family is usable (the common case) its entries are built without a
+Python loop over the rows (which are handled column by column).
 
 Sources are read by :mod:`spectune.db._reader` (``sqlite3`` or ``psycopg``): loading
-never imports SQLAlchemy.
+never imports SQLAlchemy. What was read from a SQLite file is kept while the file is
+unchanged (:mod:`spectune.db._read_cache`): a worker that starts again, or another
+worker of the node, reads it from there, and checks it as read rows are checked.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from operator import attrgetter
-from typing import TYPE_CHECKING, Any
+from operator import attrgetter, itemgetter
+from typing import TYPE_CHECKING, Any, NamedTuple
 
+from spectune.db._buckets import batch_bucket, is_batch_bucket
 from spectune.db._checks import Checker, Spaces, running_identity
 from spectune.db._fields import PROBLEM_FIELDS, Field
 from spectune.db._locations import ENV_DB, Source, readable_sources
+from spectune.db._read_cache import Groups, ReadCache
 from spectune.db._reader import reading
-from spectune.db._row import batch_bucket, is_batch_bucket
 from spectune.db.errors import DatabaseError
 from spectune.messages import one_line
 
@@ -41,22 +45,31 @@ if TYPE_CHECKING:
 __all__ = ["ConfigIndex", "SourceReport", "load_index"]
 
 logger = logging.getLogger("spectune.db")
-_NONE: dict[Any, Any] = {}  # what a lookup finds where nothing is (never written to)
 
 #: The problem's fields a lookup matches exactly; the batch is matched at its bucket.
 _EXACT = tuple(f for f in PROBLEM_FIELDS if f.name != "batch")
 _EXACT_VALUES = attrgetter(*(f.attribute for f in _EXACT))
 #: The columns an entry is read with, in order: the exact fields, then the batch.
 KEY_COLUMNS = (*(f.name for f in _EXACT), "batch")
+#: Parts of a stored row as read (the key columns, then the config as stored): the
+#: entry's key (the exact fields' values, then the batch bucket), its exact fields'
+#: values, its batch, its config.
+_KEY_OF = itemgetter(slice(0, len(_EXACT) + 1))
+_EXACT_OF = itemgetter(slice(0, len(_EXACT)))
+_BATCH_OF = itemgetter(len(_EXACT))
+_CONFIG_OF = itemgetter(len(_EXACT) + 1)
 
-#: Kernel family -> the exact problem fields' values -> batch bucket -> config (nested,
-#: so a lookup builds no key tuple but the one the attribute getter returns).
-Entries = dict[str, dict[tuple[Any, ...], dict[int, dict[str, int]]]]
+#: Kernel family -> (the exact problem fields' values..., batch bucket) -> config (one
+#: flat table per family: loading builds it in one pass; a lookup, once per shape,
+#: builds its key).
+Entries = dict[str, dict[tuple[Any, ...], dict[str, int]]]
 
 
-@dataclass(frozen=True)
-class SourceReport:
+class SourceReport(NamedTuple):
     """What loading one source found.
+
+    A named tuple, not a dataclass: this module is on vLLM's worker start-up path,
+    where generating dataclass methods costs milliseconds.
 
     Attributes:
         name: ``SPECTUNE_DB``, ``user``, ``shipped`` or a caller's label.
@@ -100,8 +113,8 @@ class ConfigIndex:
     Args:
         running: The running system's device identity and Triton version (see
             :func:`spectune.db._checks.running_identity`) the entries were loaded for.
-        entries: Kernel family -> the values of the problem's exact fields (all but the
-            batch, in field order) -> batch bucket -> config.
+        entries: Kernel family -> (the values of the problem's exact fields, all but
+            the batch, in field order, then the batch bucket) -> config.
         sources: What loading each source found.
     """
 
@@ -120,7 +133,7 @@ class ConfigIndex:
         self.sources = tuple(sources)
 
     def __len__(self) -> int:
-        return sum(len(b) for table in self._entries.values() for b in table.values())
+        return sum(len(table) for table in self._entries.values())
 
     def lookup(
         self,
@@ -140,8 +153,10 @@ class ConfigIndex:
                 if running_identity(device, software) != self._running:
                     return None
                 self._checked = (device, software)
-            buckets = self._entries.get(kernel, _NONE).get(_EXACT_VALUES(problem), _NONE)
-            config = buckets.get(batch_bucket(problem.batch)) if buckets else None
+            table = self._entries.get(kernel)
+            if table is None:
+                return None
+            config = table.get((*_EXACT_VALUES(problem), batch_bucket(problem.batch)))
         except Exception:  # never raise into the serving path
             logger.debug("spectune tuned-config lookup failed", exc_info=True)
             return None
@@ -207,12 +222,7 @@ def _load(source: Source, checker: Checker, entries: Entries) -> SourceReport:
     try:
         if source.url.absent:
             return SourceReport(name=name, location=location, status="absent")
-        with reading(source.url, immutable=source.immutable) as reader:
-            reader.require_current()
-            total = reader.count()
-            groups = reader.candidates(
-                columns=KEY_COLUMNS, running=checker.running, kernel_hashes=checker.kernel_hashes
-            )
+        total, groups = _read(source, checker)
     except Exception as exc:  # a reader the serving path uses never raises
         message = one_line(exc)
         logger.warning("spectune: skipping tuned-config database %s: %s", location, message)
@@ -220,42 +230,16 @@ def _load(source: Source, checker: Checker, entries: Entries) -> SourceReport:
             logger.debug("details", exc_info=True)
         return SourceReport(name=name, location=location, status="error", error=message)
     usable = used = malformed = 0
-    # Rows share few problems and fewer buckets: each is checked once, and a problem
-    # already in the table was checked when it went in, so a usable row costs no check.
-    # The stored values stay the keys: SQLite's 1 and 0 equal (and hash as) True and
-    # False, which lookups use; a driver returns an integer column as int, never bool.
     valid_exact = _ExactCheck()
-    valid_buckets: set[int] = set()
-    stored_config = checker.stored_config
-    for kernel, rows in groups:
-        if not rows:
+    for kernel, columns in groups:
+        if not columns or not columns[0]:
             continue
-        # Rows come filtered on the running system and kernel hash: only configs are
-        # left to check, once per distinct stored config (rows share few configs).
-        verdicts = {config: stored_config(kernel, config) for config in {r[-1] for r in rows}}
-        table = entries.setdefault(kernel, {})
-        find = table.get
-        for row in rows:  # (*exact fields, batch, config)
-            config, bad_config = verdicts[row[-1]]
-            exact, bucket = row[:-2], row[-2]
-            buckets = find(exact)
-            if bad_config or (buckets is None and not valid_exact(exact)):
-                malformed += 1
-                continue
-            if bucket not in valid_buckets:
-                if not is_batch_bucket(bucket):
-                    malformed += 1
-                    continue
-                valid_buckets.add(bucket)
-            if config is None:
-                continue
-            usable += 1
-            if buckets is None:
-                table[exact] = {bucket: config}
-                used += 1
-            elif bucket not in buckets:  # an earlier source's entry wins
-                buckets[bucket] = config
-                used += 1
+        usable_here, used_here, malformed_here = _add_rows(
+            kernel, columns, checker=checker, valid_exact=valid_exact, entries=entries
+        )
+        usable += usable_here
+        used += used_here
+        malformed += malformed_here
     if malformed:
         logger.warning(
             "spectune: skipped %d malformed rows of %s (spectune db validate --db %s names "
@@ -272,12 +256,92 @@ def _load(source: Source, checker: Checker, entries: Entries) -> SourceReport:
     )
 
 
+def _read(source: Source, checker: Checker) -> tuple[int, Groups]:
+    """A source's row count and, per family, its rows measured on the running system,
+    column by column (:data:`KEY_COLUMNS`, then the config as stored): kept from an
+    earlier read of the same SQLite file while it is unchanged
+    (:mod:`spectune.db._read_cache`), else read (and kept)."""
+    cache = ReadCache.of(source.url, running=checker.running,
+                         kernel_hashes=checker.kernel_hashes, columns=KEY_COLUMNS)  # fmt: skip
+    kept = None if cache is None else cache.load()
+    if kept is not None:
+        return kept
+    with reading(source.url, immutable=source.immutable) as reader:
+        reader.require_current()
+        total = reader.count()
+        read = reader.candidates(
+            columns=KEY_COLUMNS, running=checker.running, kernel_hashes=checker.kernel_hashes
+        )
+    groups: Groups = [(kernel, list(zip(*rows, strict=True))) for kernel, rows in read]
+    if cache is not None:
+        cache.keep(total, groups)
+    return total, groups
+
+
+def _add_rows(
+    kernel: str, columns: Sequence[Sequence[Any]], *, checker: Checker,
+    valid_exact: _ExactCheck, entries: Entries,
+) -> tuple[int, int, int]:
+    """Add one family's rows of a source to ``entries`` (an earlier source's entry wins).
+
+    Args:
+        kernel: The family.
+        columns: Its rows measured on the running system, as read, column by column:
+            the key columns (:data:`KEY_COLUMNS`), then the config as stored.
+        checker: Checks the configs, once per distinct stored config.
+        valid_exact: Checks the exact fields' values, once per distinct value.
+        entries: What earlier sources added.
+
+    Returns:
+        How many rows were usable, how many of those were added (not overridden by an
+        earlier source), how many were malformed.
+    """
+    # Rows come filtered on the running system and kernel hash: only the key columns
+    # and the config are left to check, each distinct value once (rows share few
+    # configs, problems and buckets). The stored values stay the keys: SQLite's 1 and 0
+    # equal (and hash as) True and False, which lookups use; a driver returns an
+    # integer column as int, never bool.
+    exact, batches, configs = columns[:len(_EXACT)], columns[len(_EXACT)], columns[-1]
+    count = len(configs)
+    verdicts = checker.stored_configs(kernel, set(configs))
+    usable_configs = {stored: config for stored, (config, _) in verdicts.items()
+                      if config is not None}  # fmt: skip
+    table = entries.get(kernel, {})
+    if (
+        len(usable_configs) == len(verdicts)
+        and all(map(is_batch_bucket, set(batches)))
+        and valid_exact.columns_valid(exact)
+    ):  # every row usable: no loop in Python
+        keys = zip(*exact, batches, strict=True)
+        added = dict(zip(keys, map(usable_configs.__getitem__, configs), strict=True))
+        if len(added) == count:  # else two rows share a key (a stored 1 and True)
+            before = len(table)
+            added.update(table)  # an earlier source's entry wins
+            entries[kernel] = added
+            return count, len(added) - before, 0
+    usable = used = malformed = 0
+    entries[kernel] = table
+    for row in zip(*columns, strict=True):
+        config, bad_config = verdicts[_CONFIG_OF(row)]
+        if bad_config or not valid_exact(_EXACT_OF(row)) or not is_batch_bucket(_BATCH_OF(row)):
+            malformed += 1
+            continue
+        if config is None:
+            continue
+        usable += 1
+        key = _KEY_OF(row)
+        if key not in table:  # an earlier source's (or row's) entry wins
+            table[key] = config
+            used += 1
+    return usable, used, malformed
+
+
 class _ExactCheck:
     """Whether the exact problem fields of a stored row hold values a row may hold.
 
     ``draft_probs`` must be a boolean, or 0 or 1 as SQLite stores one: not ``'false'``,
-    ``'maybe'`` or 2. Each distinct tuple, and each field's distinct value, is checked
-    once.
+    ``'maybe'`` or 2. A tuple is valid when each of its values is: each distinct tuple,
+    and each field's distinct value, is checked once.
     """
 
     def __init__(self) -> None:
@@ -292,6 +356,14 @@ class _ExactCheck:
                 for field, memo, value in zip(_EXACT, self._values, stored, strict=True)
             )
         return valid
+
+    def columns_valid(self, columns: Sequence[Sequence[Any]]) -> bool:
+        """Whether the exact fields of every row hold values a row may hold, given the
+        rows' exact fields column by column; each column's distinct values checked once."""
+        return all(
+            all(self._value(field, memo, value) for value in set(column))
+            for field, memo, column in zip(_EXACT, self._values, columns, strict=True)
+        )
 
     @staticmethod
     def _value(field: Field, memo: dict[Any, bool], value: Any) -> bool:

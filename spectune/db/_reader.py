@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from spectune.db._backend import (
     BUSY_TIMEOUT_S,
@@ -40,7 +40,6 @@ from spectune.db._fields import (
     RUNNING_FIELDS,
     TABLE_NAME,
 )
-from spectune.db._row import TunedRow, row_from_stored
 from spectune.db.errors import (
     MalformedRowError,
     NotADatabaseError,
@@ -48,6 +47,9 @@ from spectune.db.errors import (
     SchemaTooNewError,
     SchemaTooOldError,
 )
+
+if TYPE_CHECKING:
+    from spectune.db._row import TunedRow
 
 __all__ = [
     "BUSY_TIMEOUT_S",
@@ -201,6 +203,10 @@ class Reader:
             MalformedRowError: a stored row is malformed (edited by hand), naming the
                 database, the row and the field (unless ``on_bad_row`` is given).
         """
+        # Here, not at the top: the serving path reads no whole row, and the row classes
+        # cost milliseconds to build at every vLLM worker's start.
+        from spectune.db._row import row_from_stored
+
         unknown = set(equal) - set(FIELDS)
         if unknown:
             raise ValueError(f"unknown field(s) {sorted(unknown)}")

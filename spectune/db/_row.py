@@ -1,14 +1,12 @@
-"""One tuned row as a plain value, and the batch buckets rows are tuned at.
+"""One tuned row as a plain value (and the batch buckets rows are tuned at).
 
 :class:`TunedRow` is what callers build (the tuner), what readers return and what files
 hold. It checks itself when built, so a row that exists is well formed; whether its
 config belongs to a kernel's search space is for :mod:`spectune.db._checks`. Its
 fields, key and dict form come from :data:`spectune.db._fields.ROW_FIELDS`.
 
-Batch buckets: rows are tuned at powers of two and a batch is looked up at the nearest,
-``2 ** round(log2(b))`` on a log scale. Integers never fall exactly between two buckets
-(that would need ``b = 2**n * sqrt(2)``), so there are no ties: 3 -> 4, 5 -> 4, 6 -> 8,
-11 -> 8, 12 -> 16, 22 -> 16, 23 -> 32. There is no largest bucket.
+Batch buckets (:func:`batch_bucket`, :func:`is_batch_bucket`) are defined in
+:mod:`spectune.db._buckets`, which the serving path imports without this module.
 """
 
 from __future__ import annotations
@@ -20,6 +18,7 @@ from datetime import datetime, timezone
 from operator import attrgetter
 from typing import Any
 
+from spectune.db._buckets import batch_bucket, is_batch_bucket
 from spectune.db._fields import (
     FIELDS,
     PROVENANCE_FIELDS,
@@ -59,33 +58,6 @@ _PARTS: dict[str, type] = {
 }
 _KEY = attrgetter(*(f.path for f in ROW_FIELDS if f.key))
 _PROVENANCE_NAMES = tuple(f.name for f in PROVENANCE_FIELDS)
-
-
-def batch_bucket(batch: int) -> int:
-    """The bucket a batch of ``batch`` requests is looked up at.
-
-    Args:
-        batch: Number of requests, a positive integer.
-
-    Returns:
-        The power of two nearest to ``batch`` on a log scale.
-    """
-    if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
-        raise ValueError(f"batch must be a positive integer, got {batch!r}")
-    lower = 1 << (batch.bit_length() - 1)
-    # b is nearer to lower than to 2*lower on a log scale iff b / lower < 2 * lower / b,
-    # i.e. b*b < 2*lower*lower; exact in integers.
-    return lower if batch * batch < 2 * lower * lower else 2 * lower
-
-
-def is_batch_bucket(batch: object) -> bool:
-    """Whether ``batch`` is a bucket (a positive power of two)."""
-    return (
-        isinstance(batch, int)
-        and not isinstance(batch, bool)
-        and batch > 0
-        and batch & (batch - 1) == 0
-    )
 
 
 def utc_now() -> datetime:

@@ -256,6 +256,8 @@ class Mrv2FoldRouter(SeamRouter):
         requests, vocabulary, logits dtype, draft logits given)."""
         import numpy as np
 
+        if not self._live:  # activated, not yet called: take what this needs
+            self._take_kernels()
         make_inputs, family = self._inputs_type, self._family
         assert make_inputs is not None and family is not None
         sampler = rejection_sampler.sampler

@@ -17,7 +17,9 @@ those overwrite whatever a plugin registered earlier):
    ``vllm.v1.sample.rejection_sampler.rejection_sample``;
 3. activate it: on CPU at once; on GPUs the router activates itself at the first
    verification call (vLLM has made its device context by then; nothing here touches the
-   GPU earlier), while a background thread imports the kernels and the database layer.
+   GPU earlier). On both, a background thread imports the routed families' kernels (and
+   the database layer), off vLLM's start-up path; the first launch imports whatever it
+   has not.
 
 Anything that goes wrong logs one warning and leaves vLLM as it was. Dependencies point
 one way: the hook uses the routers and the settings; nothing here is imported back by
@@ -273,21 +275,22 @@ def on_worker_init(vllm_config: Any, *, at_first_call: bool | None = None) -> No
             return
         STATE.router = router
         router.install()
-        if at_first_call:
-            # The device is identified at the first call: before that, vLLM may not have
-            # selected this worker's GPU, and we create no device context of our own.
-            # Meanwhile the routed families' kernels and the database layer are imported in the
-            # background, off vLLM's startup path (the model loads in the meantime).
+        if not at_first_call:
+            import torch
+
+            router.activate(torch.device("cpu"))
+        # (At the first call, the device is identified then: before, vLLM may not have
+        # selected this worker's GPU, and we create no device context of our own.)
+        if router.installed:
+            # The routed families' kernels (and the database layer) are imported in the
+            # background, off vLLM's startup path (the model loads in the meantime); a
+            # call that comes first imports what is left.
             kernels = tuple(each.kernel for each in (router, *router.companions)
                             if each.installed)
             STATE.prefetch = threading.Thread(
                 target=_prefetch, args=kernels, name="spectune-prefetch", daemon=True
             )
             STATE.prefetch.start()
-        else:
-            import torch
-
-            router.activate(torch.device("cpu"))
     except Exception as exc:
         if router is not None:
             router.uninstall()
@@ -326,11 +329,17 @@ def why_not_routed(vllm_config: Any) -> str:
 
 def _prefetch(*kernels: str) -> None:
     """Import what the first verification call needs: the routed families' kernels (and
-    only those), the database reader."""
+    only those), the database reader; and what loading the tuned configs asks first of
+    the families and the software (their source hashes, the Triton version), so that
+    the first call (on GPUs, where it loads them) does not."""
     try:
         import spectune.db  # noqa: F401
-        from spectune.kernels import preload
+        from spectune.identity import detect_software
+        from spectune.kernels import get_family, preload
 
         preload(*kernels)
+        for name in kernels:
+            get_family(name).source_hash  # noqa: B018 (computed once, then kept)
+        detect_software()
     except Exception:  # the first call imports them again and reports the error
         logger.debug("spectune: prefetch failed", exc_info=True)

@@ -180,6 +180,8 @@ class Mrv2Router(SeamRouter):
         """The kernel family's inputs for one call (the installed release's semantics),
         and its launch config (cached per shape: k, requests, vocabulary, logits dtype,
         draft logits given; FLy windows or not, the same kernels' config)."""
+        if not self._live:  # activated, not yet called: take what this needs
+            self._take_kernels()
         make_inputs = self._inputs_type
         family = self._family
         assert make_inputs is not None and family is not None

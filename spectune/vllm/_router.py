@@ -91,6 +91,9 @@ class SeamRouter:
         self._original: Callable[..., Any] | None = None
         self._shape_configs: dict[Hashable, dict[str, int]] = {}
         self._failed = False
+        # Configured, and what the hot path needs of the kernels taken: one attribute
+        # read per call once routing.
+        self._live = False
         self._lock = threading.Lock()
         self.companions: list[SeamRouter] = []
         self.leader: SeamRouter | None = None
@@ -157,22 +160,33 @@ class SeamRouter:
         """Whether :meth:`configure` has set the tuned configs and the kernel family."""
         return self._family is not None
 
-    def configure(self, configs: TunedConfigs) -> None:
-        """Use ``configs`` (and forget cached per-shape configs); imports the kernels.
+    def configure(self, configs: TunedConfigs, *, kernels: bool = True) -> None:
+        """Use ``configs`` (and forget cached per-shape configs), companions too.
 
-        The kernels are imported here, not at module import: on GPUs the worker hook
-        installs the router at once and imports the kernels in the background until the
-        first call activates it.
+        Args:
+            configs: The tuned configs.
+            kernels: Take from the kernel package now what the hot path needs
+                (:meth:`_configure_kernels`: limits, input types, launchers); ``False``:
+                at the first call (:meth:`activate`, on vLLM's worker start-up path).
+                The family's kernels themselves are imported by neither: the worker hook
+                imports them in the background (:func:`spectune.kernels.preload`), and
+                the first launch imports whatever is left.
         """
-        from spectune.kernels import get_family, preload
+        from spectune.kernels import get_family
 
+        self._live = False
         self._family = get_family(self.kernel)
-        preload(self.kernel)  # the family's kernels now, not at its first call
-        self._configure_kernels()
         self.configs = configs
         self._shape_configs.clear()
+        if kernels:
+            self._take_kernels()
         for companion in self.companions:
-            companion.configure(configs)
+            companion.configure(configs, kernels=kernels)
+
+    def _take_kernels(self) -> None:
+        """Take what the hot path needs from the kernel package (imports what it names)."""
+        self._configure_kernels()
+        self._live = True
 
     def _configure_kernels(self) -> None:
         """Subclasses: take what the hot path needs from the (now imported) kernels."""
@@ -204,7 +218,7 @@ class SeamRouter:
                            "with default configs)", configs.describe(), configs.usable,
                            ENV_FORCE)
             return False
-        self.configure(configs)
+        self.configure(configs, kernels=False)  # the first call takes them
         routed = self.runner + self._route_extras()
         why = f" ({ENV_FORCE}=1)" if configs.usable == 0 else ""
         logger.info("%s; %d tuned configs usable here%s; routed %s to spectune kernels "
@@ -230,11 +244,21 @@ class SeamRouter:
     # ------------------------------------------------------------------ calls
 
     def _ready(self, device: torch.device) -> bool:
-        """Whether this call can be routed: activates the router at its first call."""
+        """Whether this call can be routed: activates the router at its first call, and
+        takes what the hot path needs of the kernels."""
+        if self._live:
+            return True
         if not self.configured:
             (self.leader or self)._first_call(device)
-            return self.configured and self.installed
-        return True
+            if not self.configured:
+                return False
+        with self._lock:
+            if not self._live and not self._failed:
+                try:
+                    self._take_kernels()
+                except Exception as exc:
+                    self._fail("routing not set up at the first verification call", exc)
+        return self._live and self.installed
 
     def _route(
         self,

@@ -254,6 +254,8 @@ class Router(SeamRouter):
         """
         if not target_logits.is_contiguous():
             target_logits = target_logits.contiguous()
+        if not self._live:  # activated, not yet called: take what this needs
+            self._take_kernels()
         make_inputs = self._inputs_type
         family = self._family
         assert make_inputs is not None and family is not None

@@ -115,3 +115,50 @@ def test_check_configs_without_spaces_checks_nothing() -> None:
     check_configs([make_row(config={"BLOCK_V": 3})], spaces=None, where="x")
     with pytest.raises(InvalidRowError, match="x: row 1"):
         check_configs([make_row(config={"BLOCK_V": 3})], spaces={KERNEL: SPACE}, where="x")
+
+
+# The loader's fast test of stored configs gives the full checks' verdicts: every
+# config a fast test accepts, the full checks accept (and return as they would), and
+# everything else is decided by the full checks themselves.
+STORED_CONFIGS = [
+    '{"BLOCK_V": 1024, "num_warps": 4, "waves_per_eu": 1}',  # usable
+    '{"waves_per_eu": 0, "num_warps": 1, "BLOCK_V": 256}',  # usable, other key order
+    ' {"BLOCK_V": 1024, "num_warps": 4, "waves_per_eu": 1}\n',  # white space: usable
+    '\ufeff{"BLOCK_V": 1024, "num_warps": 4, "waves_per_eu": 1}',  # a BOM: not JSON
+    '{"BLOCK_V": 1024, "num_warps": 4, "waves_per_eu": 1} x',  # extra data
+    '{"BLOCK_V": 1024, "num_warps": 4}',  # a key missing: unusable
+    '{"BLOCK_V": 1024, "num_warps": 4, "waves_per_eu": 1, "x": 1}',  # a key more
+    '{"BLOCK_V": 1024, "num_warps": 4, "waves_per_eu": 1, "BLOCK_V": 512}',  # repeated key
+    '{"BLOCK_V": 1024, "num_warps": 4, "waves_per_eu": true}',  # a bool: malformed
+    '{"BLOCK_V": 1024.0, "num_warps": 4, "waves_per_eu": 1}',  # a float: malformed
+    '{"BLOCK_V": -1024, "num_warps": 4, "waves_per_eu": 1}',  # negative: malformed
+    '{"BLOCK_V": 4294967296, "num_warps": 4, "waves_per_eu": 1}',  # too large
+    '{"BLOCK_V": 1000, "num_warps": 4, "waves_per_eu": 1}',  # not a power of two
+    '{"BLOCK_V": 4096, "num_warps": 4, "waves_per_eu": 1}',  # not declared
+    '{"BLOCK_V": 256, "num_warps": 8, "waves_per_eu": 1}',  # violates the constraint
+    '{"BLOCK_V": NaN, "num_warps": 4, "waves_per_eu": 1}',  # NaN: malformed
+    '{"bad key": 1}', '{}', "[]", "[1, 2]", '"text"', "1024", "null", "", "{", "}",
+    '{"BLOCK_V": 1024,', b'{"BLOCK_V": 1024, "num_warps": 4, "waves_per_eu": 1}',
+    b"\xff\x00\x9c", None, 7,
+]
+
+
+@pytest.mark.parametrize("backend_device", [MI300X, H200], ids=["hip", "cuda"])
+def test_fast_config_verdicts_are_the_full_checks(backend_device: object) -> None:
+    from spectune.db._checks import Checker
+
+    def checker() -> Checker:
+        return Checker(device=backend_device, software=SOFTWARE,  # type: ignore[arg-type]
+                       kernel_hashes=HASHES, spaces={KERNEL: SPACE})
+
+    fast = checker().stored_configs(KERNEL, STORED_CONFIGS)
+    full = checker()
+    for stored in STORED_CONFIGS:
+        expected = full._stored_verdict(KERNEL, stored)
+        assert fast[stored] == expected, stored
+        if expected[0] is not None:  # the config as the full checks return it, key order too
+            assert list(fast[stored][0]) == list(expected[0]), stored  # type: ignore[arg-type]
+    # On HIP the first three, the repeated key (the last one counts) and the bytes (JSON
+    # too); on CUDA, whose space has no waves_per_eu, the one without it.
+    assert sum(config is not None for config, _ in fast.values()) == (
+        5 if backend_device is MI300X else 1)

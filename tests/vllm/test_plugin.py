@@ -198,6 +198,7 @@ from spectune.vllm import _hook
 spectune.vllm.register()
 _hook.on_worker_init(None, at_first_call=False)  # the CPU path: load and route in line
 router = _hook.STATE.router
+_hook.STATE.prefetch.join()  # the routed families' kernels, imported in the background
 new = set(sys.modules) - before
 print("PROBE " + json.dumps({
     "routed": router is not None and router.installed and router.configured,
