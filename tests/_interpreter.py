@@ -30,11 +30,14 @@ import sys
 import types
 from typing import Any
 
-__all__ = ["install_on_import", "restore_patching", "skip_repeated_patching"]
+__all__ = ["install_on_import", "installed", "restore_patching", "skip_repeated_patching"]
 
 _INTERPRETER_MODULE = "triton.runtime.interpreter"
 
-_ORIGINAL_CALL: Any = None
+# Triton's own helper call is kept on the class itself, not in this module: the test
+# processes may hold two copies of this module (the one sitecustomize loads before
+# ``tests`` is importable, and ``tests._interpreter``), and both must see one state.
+_ORIGINAL_ATTRIBUTE = "_spectune_triton_call"
 
 
 def _can_patch(interpreter: Any) -> bool:
@@ -53,11 +56,10 @@ def _can_patch(interpreter: Any) -> bool:
 def skip_repeated_patching(interpreter: types.ModuleType | None = None) -> bool:
     """Install the shortcut into Triton's ``interpreter`` module (imported if not given);
     ``True`` if installed (idempotent)."""
-    global _ORIGINAL_CALL
-    if _ORIGINAL_CALL is not None:
-        return True
     if interpreter is None:
         from triton.runtime import interpreter
+    if installed(interpreter):
+        return True
     if not _can_patch(interpreter):
         return False
     original = interpreter.InterpretedFunction.__call__
@@ -82,19 +84,28 @@ def skip_repeated_patching(interpreter: types.ModuleType | None = None) -> bool:
         return original(self, *args, **kwargs)
 
     interpreter.InterpretedFunction.__call__ = call
-    _ORIGINAL_CALL = original
+    setattr(interpreter.InterpretedFunction, _ORIGINAL_ATTRIBUTE, original)
     return True
+
+
+def installed(interpreter: types.ModuleType | None = None) -> bool:
+    """Whether the shortcut is in Triton's ``interpreter`` module (by any copy of this
+    module)."""
+    if interpreter is None:
+        from triton.runtime import interpreter
+    return _ORIGINAL_ATTRIBUTE in vars(interpreter.InterpretedFunction)
 
 
 def restore_patching() -> None:
     """Put Triton's own helper call back."""
-    global _ORIGINAL_CALL
-    if _ORIGINAL_CALL is None:
-        return
     from triton.runtime import interpreter
 
-    interpreter.InterpretedFunction.__call__ = _ORIGINAL_CALL
-    _ORIGINAL_CALL = None
+    helper_class = interpreter.InterpretedFunction
+    original = vars(helper_class).get(_ORIGINAL_ATTRIBUTE)
+    if original is None:
+        return
+    helper_class.__call__ = original
+    delattr(helper_class, _ORIGINAL_ATTRIBUTE)
 
 
 class _PatchAfterImport(importlib.abc.MetaPathFinder, importlib.abc.Loader):

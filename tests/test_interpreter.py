@@ -11,7 +11,7 @@ import torch
 
 from spectune.kernels import get_family
 from spectune.space import Problem
-from tests._interpreter import restore_patching, skip_repeated_patching
+from tests._interpreter import installed, restore_patching, skip_repeated_patching
 
 pytestmark = pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1",
                                 reason="only the interpreter is patched")
@@ -20,7 +20,22 @@ pytestmark = pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1",
 def test_installed_for_the_session() -> None:
     from triton.runtime import interpreter
 
-    assert interpreter.InterpretedFunction.__call__.__module__ == "tests._interpreter"
+    assert installed()
+    # Installed by this module or by the copy sitecustomize loaded (xdist workers).
+    assert interpreter.InterpretedFunction.__call__.__module__ in (
+        "tests._interpreter", "_spectune_test_interpreter")
+
+
+def test_restoring_puts_triton_own_call_back() -> None:
+    from triton.runtime import interpreter
+
+    restore_patching()
+    try:
+        assert not installed()
+        assert interpreter.InterpretedFunction.__call__.__module__ == interpreter.__name__
+    finally:
+        assert skip_repeated_patching()
+    assert installed()
 
 
 @pytest.mark.parametrize("family_name", ["sample", "rejection_sample_mrv2", "rejection_sample"])
