@@ -21,13 +21,30 @@ The package holds the controls (``_settings``), the worker hook (``_hook``), the
 the databases and the kernel registry (``_configs``), the routers (``_router``: what they
 share; ``_v1_router``, ``_mrv2_router``; ``_sampling_routers``: the sampling steps) and
 ``spectune doctor``'s checks (:mod:`spectune.vllm.doctor`), which use the plugin and are
-never imported by it. :mod:`spectune.vllm.seams` lists the vLLM functions the routers
-depend on, per supported vLLM release, and decides at engine start which families the
-installed vLLM admits. Importing this package imports nothing heavy.
+never imported by it. :func:`vllm_incumbent` (``_incumbents``, with ``_vllm_binding``)
+runs the installed vLLM's own function that a family replaces on that family's inputs,
+for the tuner to measure beside spectune's kernel. :mod:`spectune.vllm.seams` lists the
+vLLM functions the routers depend on, per supported vLLM release, and decides at engine
+start which families the installed vLLM admits. Importing this package imports nothing heavy.
 """
 
 from __future__ import annotations
 
 from spectune.vllm._hook import passed_calls, register, routed_by_seam, routed_calls
+from spectune.vllm._incumbents import (
+    Incumbent,
+    IncumbentUnavailable,
+    installed_vllm_version,
+    vllm_incumbent,
+)
 
-__all__ = ["passed_calls", "register", "routed_by_seam", "routed_calls"]
+__all__ = [
+    "Incumbent",
+    "IncumbentUnavailable",
+    "installed_vllm_version",
+    "passed_calls",
+    "register",
+    "routed_by_seam",
+    "routed_calls",
+    "vllm_incumbent",
+]
