@@ -29,7 +29,7 @@ from spectune.db.errors import (
     SchemaTooOldError,
 )
 
-from .conftest import ASSETS, KERNEL, KERNEL_HASH, MI300X, SOFTWARE, later, make_row
+from .conftest import ASSETS, KERNEL, KERNEL_HASH, MI300X, SOFTWARE, later, make_row, write_db
 
 
 def engine_for(target: str):  # type: ignore[no-untyped-def]
@@ -293,3 +293,21 @@ def test_a_0004_database_lacking_a_comparison_column_is_refused(db_url: str) -> 
     _execute(db_url, "ALTER TABLE tuned_configs DROP COLUMN vllm_version")
     with pytest.raises(SchemaError, match=r"lacks column\(s\) \['vllm_version'\]"):
         open_store(db_url, readonly=True)
+
+
+def test_a_database_without_the_comparison_columns_is_served(db_url: str) -> None:
+    # What a 0003 database is, on either storage: the readers read the comparison as
+    # not measured (a literal in their SQL), without upgrading it.
+    write_db(db_url, [make_row(vllm=VllmComparison("faster", 14.0, "0.32.0"))])
+    for column in ("vs_vllm", "vllm_p50_us", "vllm_version", "vllm_reason"):
+        _execute(db_url, f"ALTER TABLE tuned_configs DROP COLUMN {column}")
+    _set_revision(db_url, "0003")
+    with open_store(db_url, readonly=True) as store:
+        assert store.rows() == [make_row()]
+    index = load_index(device=MI300X, software=SOFTWARE, kernel_hashes={KERNEL: KERNEL_HASH},
+                       sources=[Source(name="old", url=parse_target(db_url))])  # fmt: skip
+    assert index.entry(device=MI300X, software=SOFTWARE, kernel=KERNEL,
+                       problem=make_row().problem) == (make_row().config, "not measured", None)
+    assert upgrade_database(db_url) == ("0003", HEAD_REVISION)
+    with open_store(db_url, readonly=True) as store:
+        assert store.rows() == [make_row()]
