@@ -138,7 +138,8 @@ class ConfigIndex:
 
     :meth:`lookup` is two dict lookups; it returns ``None`` when no usable row matches,
     in which case callers use the kernel's deterministic default config. :meth:`entry`
-    finds the same row, with its comparison with vLLM.
+    finds the same row, with its comparison with vLLM; :meth:`count_faster` counts the
+    entries faster than vLLM under a vLLM version.
 
     Args:
         running: The running system's device identity and Triton version (see
@@ -198,6 +199,21 @@ class ConfigIndex:
             return None
         config, verdict, version = found
         return IndexEntry(dict(config), verdict, version)
+
+    def count_faster(self, *, vllm_version: str | None) -> int:
+        """How many entries say ``faster`` than vLLM's function under ``vllm_version``
+        (those the plugin may serve in its place); 0 for ``None`` (no vLLM). Never raises."""
+        if vllm_version is None:
+            return 0
+        try:
+            return sum(
+                verdict == "faster" and version == vllm_version
+                for table in self._entries.values()
+                for _, verdict, version in table.values()
+            )
+        except Exception:  # never raise into the serving path
+            logger.debug("spectune: counting faster configs failed", exc_info=True)
+            return 0
 
     def _find(
         self, device: Any, software: Any, kernel: Any, problem: Any

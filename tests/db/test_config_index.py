@@ -249,6 +249,10 @@ def test_entry_holds_the_comparison_with_vllm(db_url: str) -> None:
     for batch in (11, 16, 32):
         assert entry(index, batch=batch).config == lookup(index, batch=batch)  # type: ignore[union-attr]
     assert entry(index, batch=64) is None and lookup(index, batch=64) is None
+    assert index.count_faster(vllm_version="0.32.0") == 1
+    assert index.count_faster(vllm_version="0.33.0") == 0  # "not faster" there
+    assert index.count_faster(vllm_version=None) == 0
+    assert ConfigIndex().count_faster(vllm_version="0.32.0") == 0
     assert entry(index, vocab=1000) is None
     entry(index).config["BLOCK_V"] = 1  # type: ignore[union-attr]
     assert entry(index).config["BLOCK_V"] == 1024  # type: ignore[union-attr]
