@@ -262,7 +262,10 @@ def show(
     """Show tuned rows (a table, or JSON with --json).
 
     The table fits an 80-column terminal: the problem with its config below it, the
-    device, tuned and default p50, speedup; --wide shows every column.
+    device, the tuned p50, the speedup over the default config, and how much faster
+    than vLLM's own function (vLLM's p50 over the tuned p50, measured side by side; —
+    where not measured); --wide shows every column (the default's p50, the vLLM
+    version...).
     """
     from spectune.db import rows_to_json
 
@@ -280,8 +283,18 @@ def show(
 #: ``db show --wide``'s columns, one per field a reader may want.
 _WIDE_COLUMNS = (
     "kernel", "device", "arch", "k", "batch", "vocab", "dtype", "draft probs", "config",
-    "p50 µs", "default p50 µs", "speedup", "triton", "tuned (UTC)", "source",
+    "p50 µs", "default p50 µs", "speedup", "vs vLLM", "vLLM version", "triton", "tuned (UTC)",
+    "source",
 )  # fmt: skip
+#: What the ``vs vLLM`` cells say of a row whose config was not compared with vLLM.
+NOT_COMPARED = "—"
+
+
+def vs_vllm_text(row: Any) -> str:
+    """``1.23x`` (vLLM's p50 over the tuned p50) for a row compared with vLLM, else
+    :data:`NOT_COMPARED`."""
+    ratio = row.vs_vllm_ratio
+    return NOT_COMPARED if ratio is None else f"{ratio:.2f}x"
 
 
 def _wide_cells(label: str, row: Any) -> tuple[str, ...]:
@@ -298,6 +311,8 @@ def _wide_cells(label: str, row: Any) -> tuple[str, ...]:
         f"{row.tuned.p50:.2f}",
         f"{row.default.p50:.2f}",
         f"{row.speedup:.2f}x",
+        vs_vllm_text(row),
+        row.vllm.version or NOT_COMPARED,
         row.software.triton,
         row.tuned_at.strftime("%Y-%m-%d %H:%M"),
         label,
@@ -309,7 +324,8 @@ def _compact_rows_table(rows: Sequence[tuple[str, Any]]) -> Any:
     table = compact_table(f"{len(rows)} tuned rows (µs: p50)", title_justify="left")
     table.add_column("problem / config")
     table.add_column("device")
-    for name in ("tuned\nµs", "default\nµs", "speedup"):
+    # No default p50 (the speedup tells it; --wide shows it): room for vs vLLM at 80.
+    for name in ("tuned\nµs", "speedup", "vs\nvLLM"):
         table.add_column(name, justify="right", no_wrap=True)
     for _, row in rows:
         table.add_row(
@@ -317,8 +333,8 @@ def _compact_rows_table(rows: Sequence[tuple[str, Any]]) -> Any:
                       (config_phrases(row.config), "dim", ",")]),
             Phrases([([row.device.device_name], "", " "), ([row.device.arch], "dim", " ")]),
             short_us(row.tuned.p50),
-            short_us(row.default.p50),
             f"{row.speedup:.2f}x",
+            vs_vllm_text(row),
         )
     return table
 

@@ -3,7 +3,9 @@
 Knows nothing of Triton: kernels, search spaces and identities are handed in by the
 caller. The public API:
 
-- rows: :class:`TunedRow`, :class:`Provenance`, :func:`batch_bucket`, :func:`utc_now`;
+- rows: :class:`TunedRow`, :class:`Provenance`, :class:`VllmComparison` (how a row's
+  config compared with vLLM's own function; :data:`VS_VLLM_VERDICTS`),
+  :func:`batch_bucket`, :func:`utc_now`;
 - where databases are: :func:`default_sources` (``SPECTUNE_DB``, the user database,
   the shipped one), :func:`user_db_path`, :func:`write_target` (where writers write),
   :func:`parse_target` (a URL or path -> :class:`DatabaseURL`);
@@ -15,9 +17,11 @@ caller. The public API:
   :func:`lost_connection` / :func:`is_permanent` (is a driver's error a lost
   connection, and one that waiting does not cure);
 - reading and writing: :func:`open_store` -> :class:`Store` (``record`` ->
-  :class:`RecordOutcome`, ``record_many``, ``rows``, ``count``, ``best_configs_near``),
-  :func:`upgrade_database`;
-- the serving path: :func:`load_index` -> :class:`ConfigIndex` (never raises);
+  :class:`RecordOutcome`, ``record_many``, ``rows``, ``count``, ``best_configs_near``,
+  ``set_vllm_comparison``), :func:`upgrade_database`;
+- the serving path: :func:`load_index` -> :class:`ConfigIndex` (never raises;
+  ``lookup`` -> a config, ``entry`` -> :class:`IndexEntry`, the config with its
+  comparison with vLLM);
 - validators: :func:`check_row`;
 - files and merging: :func:`read_rows_file`, :func:`write_rows_file`,
   :func:`rows_to_json`, :func:`write_database`, :func:`import_rows`,
@@ -58,7 +62,8 @@ from spectune.db._backend import (
 )
 from spectune.db._buckets import batch_bucket
 from spectune.db._checks import check_row
-from spectune.db._config_index import ConfigIndex, load_index
+from spectune.db._config_index import ConfigIndex, IndexEntry, load_index
+from spectune.db._fields import VS_VLLM_VERDICTS
 from spectune.db._locations import Source, default_sources, user_db_path, write_target
 from spectune.db.errors import DatabaseError
 
@@ -73,7 +78,7 @@ if TYPE_CHECKING:
         record_result,
         start_night,
     )
-    from spectune.db._row import Provenance, TunedRow, utc_now
+    from spectune.db._row import Provenance, TunedRow, VllmComparison, utc_now
     from spectune.db._store import (
         RecordOutcome,
         Store,
@@ -88,7 +93,8 @@ if TYPE_CHECKING:
 #: Public names the serving path does not need -> their module, imported on first use.
 _LAZY = {
     # The row classes: the serving path reads no whole row.
-    **dict.fromkeys(("Provenance", "TunedRow", "utc_now"), "spectune.db._row"),
+    **dict.fromkeys(("Provenance", "TunedRow", "VllmComparison", "utc_now"),
+                    "spectune.db._row"),
     **dict.fromkeys(("read_rows_file", "rows_to_json", "write_rows_file"), "spectune.db._files"),
     **dict.fromkeys(
         (
@@ -120,10 +126,12 @@ _LAZY = {
 __all__ = [
     "STUDIES_JOURNAL_SUFFIX",
     "STUDIES_SCHEMA",
+    "VS_VLLM_VERDICTS",
     "Backend",
     "ConfigIndex",
     "DatabaseError",
     "DatabaseURL",
+    "IndexEntry",
     "NightlyResult",
     "NightlyRun",
     "PostgresBackend",
@@ -134,6 +142,7 @@ __all__ = [
     "Store",
     "StudyRDB",
     "TunedRow",
+    "VllmComparison",
     "backend_of",
     "batch_bucket",
     "check_row",

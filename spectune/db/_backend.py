@@ -36,7 +36,7 @@ import re
 import sqlite3
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
 from urllib.parse import parse_qsl, quote, quote_plus, unquote, urlencode
@@ -330,9 +330,21 @@ class SqlDialect(NamedTuple):
     columns: str  # (name, hidden) of a table's columns; one parameter, the table
     json_column: str  # how a JSON column is selected as text
 
-    def select(self, columns: Sequence[str], where: Sequence[str] = (), order: bool = False) -> str:
-        """``SELECT columns FROM tuned_configs WHERE c = ? AND ...`` (JSON as text)."""
-        shown = [self.json_column.format(c) if c in _JSON_FIELDS else c for c in columns]
+    def select(
+        self, columns: Sequence[str], where: Sequence[str] = (), order: bool = False,
+        absent: Mapping[str, str] | None = None,
+    ) -> str:
+        """``SELECT columns FROM tuned_configs WHERE c = ? AND ...`` (JSON as text).
+
+        ``absent``: column -> an SQL literal it is read as (a column an older schema
+        lacks: ``'not measured' AS vs_vllm``).
+        """
+        absent = absent or {}
+        shown = [
+            f"{absent[c]} AS {c}" if c in absent
+            else self.json_column.format(c) if c in _JSON_FIELDS else c
+            for c in columns
+        ]  # fmt: skip
         sql = f"SELECT {', '.join(shown)} FROM {TABLE_NAME}"
         if where:
             sql += " WHERE " + " AND ".join(f"{c} = {self.marker}" for c in where)

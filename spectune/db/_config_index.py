@@ -7,9 +7,17 @@ dict keyed by problem (batch bucketed) for the running device and Triton version
 source that is absent, corrupt, of another schema or unreachable is logged and
 skipped; nothing here raises.
 
+Each entry also holds the row's comparison with vLLM (``vs_vllm`` and
+``vllm_version``, see :class:`spectune.db.VllmComparison`), which :meth:`ConfigIndex.entry`
+returns: the plugin serves a config in place of vLLM's function only where it says
+``faster`` for the installed vLLM version. A database of a revision before 0004 (no such
+columns) reads as not measured.
+
 A row edited into nonsense is skipped alone, and counted: the loader checks what it
 uses of a row (its key fields, booleans strictly, the batch bucket and the config) as
-:class:`spectune.db.TunedRow` would, once per distinct value. It reads no other field
+:class:`spectune.db.TunedRow` would, once per distinct value. A comparison edited into
+nonsense (an unknown verdict, a bad version, ``faster`` without a version) reads as not
+measured: the config is still used, never routed on. It reads no other field
 (it runs at every vLLM worker's start: ``benchmarks/bench_db_load.py`` and
 ``benchmarks/bench_plugin.py`` time it), so a row malformed only elsewhere (a bad
 timestamp) is still used; ``spectune db validate`` names every malformed row. Where
@@ -31,7 +39,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from spectune.db._buckets import batch_bucket, is_batch_bucket
 from spectune.db._checks import Checker, Spaces, running_identity
-from spectune.db._fields import PROBLEM_FIELDS, Field
+from spectune.db._fields import PROBLEM_FIELDS, VS_VLLM_VERDICTS, Field, check_name
 from spectune.db._locations import ENV_DB, Source, readable_sources
 from spectune.db._read_cache import Groups, ReadCache
 from spectune.db._reader import reading
@@ -42,27 +50,48 @@ if TYPE_CHECKING:
     from spectune.identity import DeviceIdentity, SoftwareIdentity
     from spectune.space import Problem
 
-__all__ = ["ConfigIndex", "SourceReport", "load_index"]
+__all__ = ["ConfigIndex", "IndexEntry", "SourceReport", "load_index"]
 
 logger = logging.getLogger("spectune.db")
 
 #: The problem's fields a lookup matches exactly; the batch is matched at its bucket.
 _EXACT = tuple(f for f in PROBLEM_FIELDS if f.name != "batch")
 _EXACT_VALUES = attrgetter(*(f.attribute for f in _EXACT))
-#: The columns an entry is read with, in order: the exact fields, then the batch.
+#: The columns an entry's key is read with, in order: the exact fields, then the batch.
 KEY_COLUMNS = (*(f.name for f in _EXACT), "batch")
-#: Parts of a stored row as read (the key columns, then the config as stored): the
+#: The columns an entry is read with (the config follows them): the key columns, then
+#: the comparison with vLLM that serving needs.
+READ_COLUMNS = (*KEY_COLUMNS, "vs_vllm", "vllm_version")
+#: Parts of a stored row as read (:data:`READ_COLUMNS`, then the config as stored): the
 #: entry's key (the exact fields' values, then the batch bucket), its exact fields'
-#: values, its batch, its config.
+#: values, its batch, its comparison (verdict, version), its config.
 _KEY_OF = itemgetter(slice(0, len(_EXACT) + 1))
 _EXACT_OF = itemgetter(slice(0, len(_EXACT)))
 _BATCH_OF = itemgetter(len(_EXACT))
-_CONFIG_OF = itemgetter(len(_EXACT) + 1)
+_COMPARISON_OF = itemgetter(slice(len(_EXACT) + 1, len(_EXACT) + 3))
+_CONFIG_OF = itemgetter(len(_EXACT) + 3)
+#: What an entry of a row whose stored comparison is malformed says.
+_NOT_MEASURED = ("not measured", None)
 
-#: Kernel family -> (the exact problem fields' values..., batch bucket) -> config (one
-#: flat table per family: loading builds it in one pass; a lookup, once per shape,
-#: builds its key).
-Entries = dict[str, dict[tuple[Any, ...], dict[str, int]]]
+#: Kernel family -> (the exact problem fields' values..., batch bucket) -> (config,
+#: verdict, vLLM version) (one flat table per family: loading builds it in one pass; a
+#: lookup, once per shape, builds its key).
+Entries = dict[str, dict[tuple[Any, ...], tuple[dict[str, int], str, str | None]]]
+
+
+class IndexEntry(NamedTuple):
+    """What the index holds for one problem: the tuned config and how it compared with
+    vLLM's own function (see :class:`spectune.db.VllmComparison`).
+
+    Attributes:
+        config: The tuned config (a copy: the caller may change it).
+        vs_vllm: One of :data:`spectune.db.VS_VLLM_VERDICTS`.
+        vllm_version: The vLLM version the comparison was measured under, or ``None``.
+    """
+
+    config: dict[str, int]
+    vs_vllm: str
+    vllm_version: str | None
 
 
 class SourceReport(NamedTuple):
@@ -108,13 +137,16 @@ class ConfigIndex:
     """Tuned configs usable on the running system, in memory.
 
     :meth:`lookup` is two dict lookups; it returns ``None`` when no usable row matches,
-    in which case callers use the kernel's deterministic default config.
+    in which case callers use the kernel's deterministic default config. :meth:`entry`
+    finds the same row, with its comparison with vLLM; :meth:`count_faster` counts the
+    entries faster than vLLM under a vLLM version.
 
     Args:
         running: The running system's device identity and Triton version (see
             :func:`spectune.db._checks.running_identity`) the entries were loaded for.
         entries: Kernel family -> (the values of the problem's exact fields, all but
-            the batch, in field order, then the batch bucket) -> config.
+            the batch, in field order, then the batch bucket) -> (config, verdict,
+            vLLM version).
         sources: What loading each source found.
     """
 
@@ -147,6 +179,46 @@ class ConfigIndex:
 
         Never raises: arguments of the wrong kind simply find nothing.
         """
+        found = self._find(device, software, kernel, problem)
+        return None if found is None else dict(found[0])
+
+    def entry(
+        self,
+        *,
+        device: DeviceIdentity,
+        software: SoftwareIdentity,
+        kernel: str,
+        problem: Problem,
+    ) -> IndexEntry | None:
+        """The tuned config for ``problem`` with its comparison with vLLM, or ``None``.
+
+        Matches as :meth:`lookup` does (the batch at its bucket); never raises.
+        """
+        found = self._find(device, software, kernel, problem)
+        if found is None:
+            return None
+        config, verdict, version = found
+        return IndexEntry(dict(config), verdict, version)
+
+    def count_faster(self, *, vllm_version: str | None) -> int:
+        """How many entries say ``faster`` than vLLM's function under ``vllm_version``
+        (those the plugin may serve in its place); 0 for ``None`` (no vLLM). Never raises."""
+        if vllm_version is None:
+            return 0
+        try:
+            return sum(
+                verdict == "faster" and version == vllm_version
+                for table in self._entries.values()
+                for _, verdict, version in table.values()
+            )
+        except Exception:  # never raise into the serving path
+            logger.debug("spectune: counting faster configs failed", exc_info=True)
+            return 0
+
+    def _find(
+        self, device: Any, software: Any, kernel: Any, problem: Any
+    ) -> tuple[dict[str, int], str, str | None] | None:
+        """The entry of ``problem`` as held, or ``None``; never raises."""
         try:
             checked = self._checked
             if device is not checked[0] or software is not checked[1]:
@@ -156,11 +228,10 @@ class ConfigIndex:
             table = self._entries.get(kernel)
             if table is None:
                 return None
-            config = table.get((*_EXACT_VALUES(problem), batch_bucket(problem.batch)))
+            return table.get((*_EXACT_VALUES(problem), batch_bucket(problem.batch)))
         except Exception:  # never raise into the serving path
             logger.debug("spectune tuned-config lookup failed", exc_info=True)
             return None
-        return None if config is None else dict(config)
 
     def describe(self) -> str:
         """One line for a log: how many configs, from which databases."""
@@ -258,11 +329,11 @@ def _load(source: Source, checker: Checker, entries: Entries) -> SourceReport:
 
 def _read(source: Source, checker: Checker) -> tuple[int, Groups]:
     """A source's row count and, per family, its rows measured on the running system,
-    column by column (:data:`KEY_COLUMNS`, then the config as stored): kept from an
+    column by column (:data:`READ_COLUMNS`, then the config as stored): kept from an
     earlier read of the same SQLite file while it is unchanged
     (:mod:`spectune.db._read_cache`), else read (and kept)."""
     cache = ReadCache.of(source.url, running=checker.running,
-                         kernel_hashes=checker.kernel_hashes, columns=KEY_COLUMNS)  # fmt: skip
+                         kernel_hashes=checker.kernel_hashes, columns=READ_COLUMNS)  # fmt: skip
     kept = None if cache is None else cache.load()
     if kept is not None:
         return kept
@@ -270,7 +341,7 @@ def _read(source: Source, checker: Checker) -> tuple[int, Groups]:
         reader.require_current()
         total = reader.count()
         read = reader.candidates(
-            columns=KEY_COLUMNS, running=checker.running, kernel_hashes=checker.kernel_hashes
+            columns=READ_COLUMNS, running=checker.running, kernel_hashes=checker.kernel_hashes
         )
     groups: Groups = [(kernel, list(zip(*rows, strict=True))) for kernel, rows in read]
     if cache is not None:
@@ -287,7 +358,7 @@ def _add_rows(
     Args:
         kernel: The family.
         columns: Its rows measured on the running system, as read, column by column:
-            the key columns (:data:`KEY_COLUMNS`), then the config as stored.
+            :data:`READ_COLUMNS`, then the config as stored.
         checker: Checks the configs, once per distinct stored config.
         valid_exact: Checks the exact fields' values, once per distinct value.
         entries: What earlier sources added.
@@ -302,18 +373,22 @@ def _add_rows(
     # equal (and hash as) True and False, which lookups use; a driver returns an
     # integer column as int, never bool.
     exact, batches, configs = columns[:len(_EXACT)], columns[len(_EXACT)], columns[-1]
+    vs_vllm, versions = columns[len(_EXACT) + 1], columns[len(_EXACT) + 2]
     count = len(configs)
     verdicts = checker.stored_configs(kernel, set(configs))
     usable_configs = {stored: config for stored, (config, _) in verdicts.items()
                       if config is not None}  # fmt: skip
+    comparisons = {pair: _comparison(pair) for pair in set(zip(vs_vllm, versions, strict=True))}
     table = entries.get(kernel, {})
     if (
         len(usable_configs) == len(verdicts)
         and all(map(is_batch_bucket, set(batches)))
         and valid_exact.columns_valid(exact)
+        and all(pair is held for pair, held in comparisons.items())
     ):  # every row usable: no loop in Python
         keys = zip(*exact, batches, strict=True)
-        added = dict(zip(keys, map(usable_configs.__getitem__, configs), strict=True))
+        held = zip(map(usable_configs.__getitem__, configs), vs_vllm, versions, strict=True)
+        added = dict(zip(keys, held, strict=True))
         if len(added) == count:  # else two rows share a key (a stored 1 and True)
             before = len(table)
             added.update(table)  # an earlier source's entry wins
@@ -331,9 +406,24 @@ def _add_rows(
         usable += 1
         key = _KEY_OF(row)
         if key not in table:  # an earlier source's (or row's) entry wins
-            table[key] = config
+            table[key] = (config, *comparisons[_COMPARISON_OF(row)])
             used += 1
     return usable, used, malformed
+
+
+def _comparison(stored: tuple[Any, Any]) -> tuple[Any, Any]:
+    """A stored (verdict, vLLM version) pair itself when it is one a row may hold (as
+    :class:`spectune.db.VllmComparison` checks it), else not measured."""
+    verdict, version = stored
+    if type(verdict) is not str or verdict not in VS_VLLM_VERDICTS:
+        return _NOT_MEASURED
+    if version is None:
+        return stored if verdict == "not measured" else _NOT_MEASURED
+    try:
+        check_name("vllm_version", version)
+    except ValueError:
+        return _NOT_MEASURED
+    return stored
 
 
 class _ExactCheck:

@@ -30,11 +30,14 @@ __all__ = [
     "FIELDS",
     "KERNEL_FIELDS",
     "KEY_FIELDS",
+    "LATER_FIELDS",
     "PROBLEM_FIELDS",
     "PROVENANCE_FIELDS",
     "ROW_FIELDS",
     "RUNNING_FIELDS",
     "TABLE_NAME",
+    "VLLM_FIELDS",
+    "VS_VLLM_VERDICTS",
     "Field",
     "check_config",
     "check_name",
@@ -58,6 +61,10 @@ INT_MAX = 2**31 - 1
 _CSV_FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r", "'")
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+\-]*\Z")
 _CONFIG_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+#: How a tuned config compared with vLLM's own function, measured side by side: what a
+#: row's ``vs_vllm`` holds. The plugin serves a config in place of vLLM's function only
+#: where its row says ``faster`` (for the vLLM version installed).
+VS_VLLM_VERDICTS = ("faster", "not faster", "not measured")
 #: The kinds of values a field holds.
 KINDS = ("name", "text", "int", "float", "bool", "json", "time")
 
@@ -81,7 +88,13 @@ class Field:
         minimum: Smallest value of an ``int``.
         provenance: Also a field of each history entry (who measured what, when).
         derived: Computed from other fields (stored so it can be sorted on).
-        nullable: May be NULL in the table (added by a later schema revision).
+        nullable: May be NULL in the table (added by a later schema revision); a
+            ``json`` field then reads NULL as an empty list, any other as ``None``.
+        since: The schema revision that added the column, for the fields that files
+            and databases written before it may lack (they read as ``missing``).
+        missing: The value of a field that ``since`` names where it is absent (an older
+            file, or a database of an older revision: also the column's server default
+            when not ``None``).
 
     Attributes:
         read: ``read(row)``, the field's value in a row (or a history entry).
@@ -90,8 +103,9 @@ class Field:
         attribute: The field's attribute in its owner (or in the row).
     """
 
-    __slots__ = ("attribute", "choices", "derived", "key", "kind", "minimum", "name",
-                 "nullable", "owner", "path", "provenance", "read", "size")  # fmt: skip
+    __slots__ = ("attribute", "choices", "derived", "key", "kind", "minimum", "missing",
+                 "name", "nullable", "owner", "path", "provenance", "read", "since",
+                 "size")  # fmt: skip
 
     def __init__(
         self,
@@ -106,12 +120,14 @@ class Field:
         provenance: bool = False,
         derived: bool = False,
         nullable: bool = False,
+        since: str | None = None,
+        missing: Any = None,
     ) -> None:
         if kind not in KINDS:
             raise ValueError(f"field {name}: kind must be one of {KINDS}")
         self.name, self.kind, self.path, self.key, self.size = name, kind, path, key, size
         self.choices, self.minimum, self.provenance = choices, minimum, provenance
-        self.derived, self.nullable = derived, nullable
+        self.derived, self.nullable, self.since, self.missing = derived, nullable, since, missing
         self.read = attrgetter(path)
         self.owner = path.split(".")[0] if "." in path else None
         self.attribute = path.rsplit(".", 1)[-1]
@@ -125,6 +141,8 @@ class Field:
         Checks the scalar kinds; timings, configs, times and histories are checked by
         the types holding them.
         """
+        if value is None and self.nullable:
+            return
         if self.kind == "name":
             if self.choices is not None:
                 if value not in self.choices:
@@ -170,7 +188,7 @@ class Field:
         :meth:`spectune.db.TunedRow.from_dict` to refuse, naming the field.
         """
         if value is None:
-            return [] if self.nullable else None
+            return [] if self.nullable and self.kind == "json" else None
         if self.kind == "bool":
             return bool(value) if type(value) is int and value in (0, 1) else value
         if self.kind == "json" and isinstance(value, (str, bytes)):
@@ -198,8 +216,11 @@ class Field:
         OWASP rule for CSV injection; so is text starting with ``'``, so that
         :meth:`from_csv` can take exactly one off again. Only ``text`` fields need it:
         names start with a letter or digit, numbers are written as numbers (a negative
-        one stays one), and JSON starts with ``{`` or ``[``.
+        one stays one), and JSON starts with ``{`` or ``[``. ``None`` (a nullable
+        field's) is an empty cell: no value such a field holds is empty text.
         """
+        if value is None:
+            return ""
         if self.kind == "text" and value.startswith(_CSV_FORMULA_STARTS):
             return "'" + value
         if self.kind == "json":
@@ -212,6 +233,8 @@ class Field:
 
     def from_csv(self, text: str) -> Any:
         """CSV text as the JSON value :meth:`to_csv` was given; ``ValueError`` if not one."""
+        if text == "" and self.nullable and self.kind != "json":
+            return None
         if self.kind == "int":
             if not text.strip().lstrip("-").isdigit() or len(text) > 12:
                 raise ValueError(f"{self.name} must be an integer, got {shorten(text, limit=40)}")
@@ -279,7 +302,15 @@ ROW_FIELDS: tuple[Field, ...] = (
     Field("study", "text", "study", size=TEXT_MAX, provenance=True),
     # Added by schema revision 0002; NULL in rows written before it means no history.
     Field("history", "json", "history", nullable=True),
-)
+    # Added by schema revision 0004: how the config compared with vLLM's own function
+    # (a :class:`spectune.db.VllmComparison`); absent in older files and databases,
+    # where it reads as not measured.
+    Field("vs_vllm", "name", "vllm.verdict", size=16, choices=VS_VLLM_VERDICTS,
+          since="0004", missing="not measured"),
+    Field("vllm_p50_us", "float", "vllm.p50_us", nullable=True, since="0004"),
+    _name("vllm_version", "vllm.version", nullable=True, since="0004"),
+    Field("vllm_reason", "text", "vllm.reason", size=TEXT_MAX, nullable=True, since="0004"),
+)  # fmt: skip
 
 #: Every field's name, in order: the keys of a row's JSON object, the CSV header.
 FIELDS = tuple(f.name for f in ROW_FIELDS)
@@ -294,6 +325,10 @@ PROBLEM_FIELDS = tuple(f for f in ROW_FIELDS if f.owner == "problem")
 #: The key fields that must be the running system's for a row to be used there: the
 #: device identity and the Triton version.
 RUNNING_FIELDS = tuple(f for f in ROW_FIELDS if f.key and f.owner in ("device", "software"))
+#: The fields files and databases written before them may lack (see ``Field.since``).
+LATER_FIELDS = tuple(f for f in ROW_FIELDS if f.since is not None)
+#: The fields of a row's comparison with vLLM (:class:`spectune.db.VllmComparison`).
+VLLM_FIELDS = tuple(f for f in ROW_FIELDS if f.owner == "vllm")
 #: The key fields naming the kernel: its family and the hash of its source.
 KERNEL_FIELDS = tuple(f for f in ROW_FIELDS if f.key and f.owner is None)
 

@@ -4,7 +4,11 @@
   (what ``spectune db show --json`` prints).
 - ``csv``: one row per line, the same columns, each typed by its field's kind
   (:data:`spectune.db._fields.ROW_FIELDS`); ``config`` and ``history`` as JSON text;
-  text a spreadsheet would run as a formula is escaped (see ``Field.to_csv``).
+  text a spreadsheet would run as a formula is escaped (see ``Field.to_csv``); an
+  empty cell is ``None`` (a nullable field's).
+
+Files written before a field was added (``Field.since``: the comparison with vLLM) may
+lack it: it reads as the field's ``missing`` value (not measured).
 - ``vllm-json``: one file per kernel family and device, named like vLLM's tuned config
   files (``kernel=rejection_sample,device_name=AMD_Instinct_MI300X.json``), holding
   ``{problem: {batch: config}}``. It lacks the identity needed to validate rows, so it
@@ -24,7 +28,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from spectune.db._fields import FIELDS, ROW_FIELDS, check_name, reject_constant
+from spectune.db._fields import FIELDS, LATER_FIELDS, ROW_FIELDS, check_name, reject_constant
 from spectune.db._row import TunedRow
 from spectune.db.errors import InvalidRowError
 from spectune.messages import one_line
@@ -44,6 +48,8 @@ EXPORT_FORMATS = ("json", "csv", "vllm-json")
 IMPORT_FORMATS = ("json", "csv")
 
 _MAX_FILE_BYTES = 256 * 1024 * 1024
+#: The columns a CSV file written before them may lack.
+_LATER = frozenset(f.name for f in LATER_FIELDS)
 
 
 def rows_to_json(rows: Iterable[TunedRow]) -> str:
@@ -194,7 +200,7 @@ def _parse_csv(file: Path, text: str) -> list[dict[str, Any]]:
     try:
         header = reader.fieldnames or []
         unknown = [h for h in header if h not in FIELDS]
-        missing = [f for f in FIELDS if f not in header]
+        missing = [f for f in FIELDS if f not in header and f not in _LATER]
         if unknown or missing or len(header) != len(set(header)):
             raise InvalidRowError(
                 f"{file}: CSV header must be the row fields; unknown "
@@ -214,7 +220,7 @@ def _parse_csv(file: Path, text: str) -> list[dict[str, Any]]:
 def _csv_record(raw: dict[str | None, Any]) -> dict[str, Any]:
     if None in raw or any(value is None for value in raw.values()):
         raise ValueError("wrong number of fields")
-    return {f.name: f.from_csv(raw[f.name]) for f in ROW_FIELDS}
+    return {f.name: f.from_csv(raw[f.name]) for f in ROW_FIELDS if f.name in raw}
 
 
 def _write_text(path: Path, text: str) -> None:

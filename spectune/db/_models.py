@@ -2,7 +2,8 @@
 
 One column per field of :data:`spectune.db._fields.ROW_FIELDS` (``speedup`` is stored
 so it can be sorted on; ``history`` holds provenances as JSON), typed by the field's
-kind, and a unique constraint on the key fields. The schema is created and evolved by
+kind (with the field's ``missing`` value as server default where it has one), and a
+unique constraint on the key fields. The schema is created and evolved by
 the Alembic migrations in ``spectune/db/migrations``; a test checks that the migrations
 produce exactly this model. Only the writers use it.
 """
@@ -64,7 +65,11 @@ def _model() -> type[Base]:
         "id": mapped_column(Integer, primary_key=True, autoincrement=True),
     }
     for field in ROW_FIELDS:
-        namespace[field.name] = mapped_column(_column_type(field), nullable=field.nullable)
+        # A column a later revision added with a default (``vs_vllm``) fills the rows
+        # already there.
+        namespace[field.name] = mapped_column(
+            _column_type(field), nullable=field.nullable, server_default=field.missing
+        )
     return type("TunedConfigRecord", (Base,), namespace)
 
 

@@ -27,7 +27,8 @@ only where the user database's folder exists): one file per database file, runni
 system and kernel families, for the families' hashes last read, replaced atomically.
 A file holds a JSON header (what it was read for, the files' state, the count, the
 distinct strings) and the rows column by column as arrays of 64-bit integers (an
-integer column's values; a text column's, as indexes of its strings): nothing read is
+integer column's values; a text column's, as indexes of its strings, -1 for NULL, which
+the comparison with vLLM's version holds where not measured): nothing read is
 executed, and reading 10,000 rows back costs a few milliseconds. Rows of other values
 (a malformed row's BLOB, say) are not kept. Anything wrong with a file (absent,
 unreadable, another format, key or file state, lengths that do not add up) means
@@ -59,8 +60,9 @@ logger = logging.getLogger("spectune.db")
 #: How long before a read the files must have last changed for its rows to be kept.
 SETTLED_S = 2.0
 #: The cache files' format (a new one makes the old files unused): with the machine's
-#: byte order, which the arrays are in.
-_FORMAT = f"spectune-read-cache-1-{sys.byteorder}"
+#: byte order, which the arrays are in. 2: text columns may hold NULL (-1), and the rows
+#: hold the comparison with vLLM (schema revision 0004).
+_FORMAT = f"spectune-read-cache-2-{sys.byteorder}"
 #: The files whose state is the database's: SQLite's own beside it.
 _SUFFIXES = ("", "-wal", "-journal")
 #: The arrays' item type: 64-bit signed integers (SQLite's integers).
@@ -179,9 +181,10 @@ def _encode(header: dict[str, Any], total: int, groups: Groups) -> bytes | None:
                 kinds.append("int")
                 strings.append([])
                 arrays.append(array(_ITEM, values))
-            elif types == {str}:
-                distinct = sorted(set(values))
-                at = {text: index for index, text in enumerate(distinct)}
+            elif types and types <= {str, type(None)}:
+                distinct = sorted(set(values) - {None})
+                at: dict[str | None, int] = {text: index for index, text in enumerate(distinct)}
+                at[None] = -1
                 kinds.append("text")
                 strings.append(distinct)
                 arrays.append(array(_ITEM, map(at.__getitem__, values)))
@@ -223,9 +226,10 @@ def _decode(content: bytes, *, header: dict[str, Any], width: int) -> tuple[int,
             if kind == "int":
                 columns.append(values.tolist())
             elif kind == "text" and all(type(each) is str for each in distinct):
-                if not 0 <= min(values) <= max(values) < len(distinct):
+                if not -1 <= min(values) <= max(values) < len(distinct):
                     return None
-                columns.append(list(map(distinct.__getitem__, values)))
+                # -1 (NULL) indexes the None after the strings.
+                columns.append(list(map([*distinct, None].__getitem__, values)))
             else:
                 return None
         groups.append((kernel, columns))

@@ -13,8 +13,12 @@ connection and the SQL's placeholders and catalog queries, is their backend's
 connection (:func:`schema_state`). Reading never imports SQLAlchemy.
 
 The schema's revision lives in Alembic's ``alembic_version`` table; readers accept the
-revisions whose ``tuned_configs`` is today's (:data:`READABLE_REVISIONS`) with every column
-of the field list. Every failure is a one-line
+revisions :data:`READABLE_REVISIONS` with every column of the field list that their
+revision has. A column a later revision added (``Field.since``: the comparison with
+vLLM, 0004) is read from a database of an earlier revision as the field's ``missing``
+value (a literal in the SQL): a 0002 or 0003 database serves its rows, as not compared
+with vLLM, without being upgraded (the plugin never writes, and must not lose rows
+because spectune was upgraded before the database). Every failure is a one-line
 :class:`spectune.db.DatabaseError` naming the database; only parameterised queries are
 run, and nothing read is executed.
 """
@@ -37,6 +41,8 @@ from spectune.db._backend import (
 from spectune.db._fields import (
     FIELDS,
     KERNEL_FIELDS,
+    LATER_FIELDS,
+    ROW_FIELDS,
     RUNNING_FIELDS,
     TABLE_NAME,
 )
@@ -70,16 +76,24 @@ __all__ = [
 ]
 
 #: Every schema revision, oldest first; a database at another one is from a newer spectune.
-REVISIONS = ("0001", "0002", "0003")
+REVISIONS = ("0001", "0002", "0003", "0004")
 #: The revision this spectune writes (writers upgrade to it).
 HEAD_REVISION = REVISIONS[-1]
-#: The revisions whose ``tuned_configs`` readers read as is: later revisions only added
-#: tables readers never open (0003: the nightly history), so serving needs no upgrade.
+#: The revisions whose ``tuned_configs`` readers read without an upgrade: later
+#: revisions added tables readers never open (0003: the nightly history) or columns
+#: readers take as their ``missing`` value where absent (0004: the comparison with
+#: vLLM, "not measured"), so serving needs no upgrade.
 READABLE_REVISIONS = REVISIONS[REVISIONS.index("0002"):]
 #: Alembic's table recording the schema revision.
 VERSION_TABLE = "alembic_version"
 #: The columns of the table at :data:`HEAD_REVISION`.
 TABLE_COLUMNS = ("id", *FIELDS)
+#: The columns of the table at each readable revision.
+REVISION_COLUMNS = {
+    revision: ("id", *(f.name for f in ROW_FIELDS
+                       if f.since is None or REVISIONS.index(f.since) <= at))
+    for at, revision in enumerate(REVISIONS) if revision in READABLE_REVISIONS
+}  # fmt: skip
 #: Told of each malformed stored row a read skips (see :meth:`Reader.rows`).
 BadRowHandler = Callable[[MalformedRowError], None]
 _COUNT = f"SELECT count(*) FROM {TABLE_NAME}"
@@ -143,7 +157,7 @@ def require_current(state: SchemaState, *, location: str) -> None:
         )
     if TABLE_NAME not in state.tables:
         raise SchemaError(f"{location} is missing table {TABLE_NAME!r}")
-    missing = sorted(set(TABLE_COLUMNS) - state.columns)
+    missing = sorted(set(REVISION_COLUMNS[state.revision]) - state.columns)
     if missing:
         raise SchemaError(f"{location}: table {TABLE_NAME!r} lacks column(s) {missing}")
 
@@ -177,14 +191,28 @@ class Reader:
         self._connection = connection
         self._dialect = dialect_of(connection) if sql is None else sql
         self.location = location
+        # Column -> the SQL literal it is read as, for the later columns the table
+        # lacks (an older revision); known once the schema was read.
+        self._absent: dict[str, str] | None = None
 
     def require_current(self) -> None:
-        """Raise unless the database has the current schema (see :func:`require_current`)."""
+        """Raise unless the database has a schema readers read (see :func:`require_current`)."""
         require_current(self.state(), location=self.location)
 
     def state(self) -> SchemaState:
         """What the database holds (see :func:`schema_state`)."""
-        return schema_state(self._connection)
+        state = schema_state(self._connection)
+        self._absent = {
+            f.name: _literal(f.missing) for f in LATER_FIELDS if f.name not in state.columns
+        }
+        return state
+
+    def _select(self, columns: Sequence[str], where: Sequence[str], order: bool = False) -> str:
+        """The SQL reading ``columns`` (see :meth:`SqlDialect.select`), a later column the
+        table lacks as its ``missing`` value."""
+        if self._absent is None:
+            self.state()
+        return self._dialect.select(columns, where, order=order, absent=self._absent or {})
 
     def count(self) -> int:
         """Number of rows."""
@@ -210,7 +238,7 @@ class Reader:
         unknown = set(equal) - set(FIELDS)
         if unknown:
             raise ValueError(f"unknown field(s) {sorted(unknown)}")
-        sql = self._dialect.select(TABLE_COLUMNS, tuple(equal), order=True)
+        sql = self._select(TABLE_COLUMNS, tuple(equal), order=True)
         found = self._connection.execute(sql, tuple(equal.values())).fetchall()
         rows = []
         for row_id, *values in found:
@@ -239,12 +267,21 @@ class Reader:
             on SQLite) followed by the config as stored.
         """
         # One query per family: each an equality search of the unique index's prefix.
-        sql = self._dialect.select((*columns, "config"), _CANDIDATE_FILTER)
+        sql = self._select((*columns, "config"), _CANDIDATE_FILTER)
         execute = self._connection.execute
         return [
             (kernel, execute(sql, (*running, kernel, hash_)).fetchall())
             for kernel, hash_ in kernel_hashes.items()
         ]
+
+
+def _literal(value: object) -> str:
+    """``value`` (a field's ``missing``: ``None`` or our own text) as an SQL literal."""
+    if value is None:
+        return "NULL"
+    if not isinstance(value, str):
+        raise TypeError(f"no SQL literal for {value!r}")
+    return "'" + value.replace("'", "''") + "'"
 
 
 @contextmanager

@@ -21,8 +21,12 @@ from typing import Any
 from spectune.db._buckets import batch_bucket, is_batch_bucket
 from spectune.db._fields import (
     FIELDS,
+    LATER_FIELDS,
     PROVENANCE_FIELDS,
     ROW_FIELDS,
+    TEXT_MAX,
+    VLLM_FIELDS,
+    VS_VLLM_VERDICTS,
     Field,
     check_config,
     number,
@@ -31,7 +35,7 @@ from spectune.db._fields import (
 )
 from spectune.db.errors import InvalidRowError, MalformedRowError
 from spectune.identity import DeviceIdentity, SoftwareIdentity
-from spectune.messages import shorten
+from spectune.messages import one_line, shorten
 from spectune.promotion import Timing
 from spectune.space import Problem
 
@@ -39,11 +43,15 @@ __all__ = [
     "Provenance",
     "RowKey",
     "TunedRow",
+    "VllmComparison",
     "batch_bucket",
     "is_batch_bucket",
     "row_from_stored",
     "utc_now",
 ]
+
+#: The keys a row's dict form may lack (an older file): they read as their ``missing``.
+_LATER = {f.name: f.missing for f in LATER_FIELDS}
 
 #: A row's key: the values of :data:`spectune.db._fields.KEY_FIELDS`, in order.
 RowKey = tuple[Any, ...]
@@ -63,6 +71,63 @@ _PROVENANCE_NAMES = tuple(f.name for f in PROVENANCE_FIELDS)
 def utc_now() -> datetime:
     """The current time in UTC, to the microsecond."""
     return datetime.now(timezone.utc)
+
+
+@dataclass(frozen=True)
+class VllmComparison:
+    """How a row's config compared with vLLM's own function, measured side by side.
+
+    The sweep times vLLM's function on the same problem and device as the tuned config;
+    the plugin serves the config in place of vLLM's function only where the verdict is
+    ``faster`` for the vLLM version installed.
+
+    Attributes:
+        verdict: One of :data:`spectune.db.VS_VLLM_VERDICTS`: ``faster``, ``not
+            faster`` or ``not measured``.
+        p50_us: vLLM's function's median, µs: set exactly when measured (``faster``,
+            ``not faster``).
+        version: The vLLM version measured under (``0.32.0``): required when measured;
+            may be set when not measured (vLLM was there but could not be compared).
+        reason: Why ``not measured`` (``vLLM is not installed``, ``vLLM's function
+            raised: ...``, ``vLLM returned different tokens``); ``None`` when measured.
+            Kept as one printable line of at most 256 characters (the first line of
+            what is given, shortened).
+    """
+
+    verdict: str = "not measured"
+    p50_us: float | None = None
+    version: str | None = None
+    reason: str | None = None
+
+    def __post_init__(self) -> None:
+        verdict = self.verdict
+        if not isinstance(verdict, str) or verdict not in VS_VLLM_VERDICTS:
+            raise ValueError(f"vs_vllm must be one of {VS_VLLM_VERDICTS}, got {shorten(verdict)}")
+        if self.reason is not None:
+            if not isinstance(self.reason, str) or not self.reason.strip():
+                raise ValueError(f"vllm_reason must be non-empty text, got {shorten(self.reason)}")
+            object.__setattr__(self, "reason", one_line(self.reason, limit=TEXT_MAX))
+        if verdict == "not measured":
+            if self.p50_us is not None:
+                raise ValueError("vllm_p50_us must be None when vs_vllm is 'not measured'")
+        else:
+            if self.p50_us is None or self.version is None:
+                raise ValueError(
+                    f"vllm_p50_us and vllm_version must be set when vs_vllm is {verdict!r}"
+                )
+            if self.reason is not None:
+                raise ValueError(f"vllm_reason must be None when vs_vllm is {verdict!r}")
+            object.__setattr__(self, "p50_us", number("vllm_p50_us", self.p50_us))
+        for f in VLLM_FIELDS:
+            f.check(getattr(self, f.attribute))
+
+    @property
+    def measured(self) -> bool:
+        """Whether vLLM's function was timed (the verdict is ``faster`` or ``not faster``)."""
+        return self.verdict != "not measured"
+
+
+_PARTS["vllm"] = VllmComparison  # a part like the timings (defined after _PARTS)
 
 
 @dataclass(frozen=True)
@@ -125,6 +190,8 @@ class TunedRow:
         tuned_at: When it was measured (timezone-aware; stored in UTC).
         history: Provenances of other measurements of the same key (see
             :class:`Provenance`), oldest first.
+        vllm: How ``config`` compared with vLLM's own function (not measured unless
+            the sweep measured it).
     """
 
     device: DeviceIdentity
@@ -141,6 +208,7 @@ class TunedRow:
     study: str
     tuned_at: datetime = field(default_factory=utc_now)
     history: tuple[Provenance, ...] = ()
+    vllm: VllmComparison = field(default_factory=VllmComparison)
 
     def __post_init__(self) -> None:
         _check_parts(self, tuple(_PARTS))
@@ -161,6 +229,13 @@ class TunedRow:
     def speedup(self) -> float:
         """Median of the default over median of the tuned config (> 1: tuning helped)."""
         return self.default.p50 / self.tuned.p50
+
+    @property
+    def vs_vllm_ratio(self) -> float | None:
+        """vLLM's function's median over the tuned config's (> 1: faster than vLLM), or
+        ``None`` when not measured."""
+        p50 = self.vllm.p50_us
+        return None if p50 is None else p50 / self.tuned.p50
 
     @property
     def key(self) -> RowKey:
@@ -194,6 +269,10 @@ class TunedRow:
     def replace_history(self, history: Iterable[Provenance]) -> TunedRow:
         """A copy of this row with another history."""
         return replace(self, history=tuple(history))
+
+    def replace_vllm(self, vllm: VllmComparison) -> TunedRow:
+        """A copy of this row with another comparison with vLLM."""
+        return replace(self, vllm=vllm)
 
 
 #: The attributes of a Provenance (those a row shares with its history entries).
@@ -293,6 +372,10 @@ def _across_fields(data: Mapping[str, Any]) -> Iterable[tuple[str, str]]:
         stored = data["speedup"]
         why = f"disagrees with default_p50_us / tuned_p50_us = {speedup!r}"
         yield "speedup", f"speedup {stored!r} {why}"
+    try:
+        VllmComparison(**{f.attribute: data[f.name] for f in VLLM_FIELDS})
+    except ValueError as exc:
+        yield ", ".join(f.name for f in VLLM_FIELDS), str(exc)
 
 
 def _check_parts(value: object, parts: Iterable[str]) -> None:
@@ -324,12 +407,12 @@ def _arguments(fields: Iterable[Field], data: Mapping[str, Any]) -> dict[str, An
     arguments: dict[str, Any] = {}
     parts: dict[str, dict[str, Any]] = {}
     for f in fields:
-        if f.derived or f.nullable:
+        if f.derived or (f.nullable and f.kind == "json"):  # the history: the caller's
             continue
         value = data[f.name]
         if f.kind == "time":
             value = parse_time(f.name, value)
-        elif f.kind == "float":  # an int too large for a float column is refused here
+        elif f.kind == "float" and value is not None:  # too large an int is refused here
             value = number(f.name, value)
         if f.owner is None:
             arguments[f.attribute] = value
@@ -349,7 +432,8 @@ def _arguments(fields: Iterable[Field], data: Mapping[str, Any]) -> dict[str, An
 def _row_from_dict(data: object) -> TunedRow:
     if not isinstance(data, Mapping):
         raise ValueError(f"row must be an object, got {type(data).__name__}")
-    _exact_keys("row", data, FIELDS)
+    _exact_keys("row", data, FIELDS, optional=_LATER)
+    data = {**_LATER, **data}
     history = data["history"]
     if not isinstance(history, list):
         raise ValueError(f"history must be a list, got {type(history).__name__}")
@@ -373,11 +457,15 @@ def _history_entry(position: int, data: object) -> Provenance:
         raise ValueError(f"history entry {position}: {exc}") from None
 
 
-def _exact_keys(what: str, data: Mapping[Any, Any], expected: tuple[str, ...]) -> None:
+def _exact_keys(
+    what: str, data: Mapping[Any, Any], expected: tuple[str, ...],
+    optional: Mapping[str, Any] | None = None,
+) -> None:
+    """Raise unless ``data``'s keys are ``expected`` (those of ``optional`` may lack)."""
     unknown = [k for k in data if k not in expected]
     if unknown:
         shown = ", ".join(ascii(k) for k in unknown[:5])
         raise ValueError(f"{what} has unknown key(s) {shown}")
-    missing = [k for k in expected if k not in data]
+    missing = [k for k in expected if k not in data and k not in (optional or ())]
     if missing:
         raise ValueError(f"{what} lacks key(s) {', '.join(missing)}")

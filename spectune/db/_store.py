@@ -9,7 +9,9 @@ the database, never a driver error.
 
 When two rows share a key the promotion rule decides (:func:`resolve`), and the kept
 row's history gains the other's provenance: recording, importing and merging never lose
-who measured what.
+who measured what. A row keeps the comparison with vLLM of its own config; where both
+rows hold the same config, the fresher comparison is kept (see :func:`resolve`), and
+:meth:`Store.set_vllm_comparison` re-measures a held row's alone.
 """
 
 from __future__ import annotations
@@ -19,18 +21,18 @@ import logging
 import math
 import os
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import Enum
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from spectune.db._backend import SQLiteBackend, backend_of
 from spectune.db._checks import Spaces, check_configs
-from spectune.db._fields import DEVICE_FIELDS
+from spectune.db._fields import DEVICE_FIELDS, KEY_FIELDS, VLLM_FIELDS
 from spectune.db._files import read_rows_file, refuse_directory
 from spectune.db._locations import DatabaseURL, Source, default_sources, parse_target, write_target
 from spectune.db._reader import BadRowHandler, reading
-from spectune.db._row import Provenance, RowKey, TunedRow, row_from_stored
+from spectune.db._row import Provenance, RowKey, TunedRow, VllmComparison, row_from_stored
 from spectune.db.errors import DatabaseError, MalformedRowError
 from spectune.identity import DeviceIdentity
 from spectune.promotion import MIN_GAIN, is_significantly_faster
@@ -110,6 +112,12 @@ def resolve(
     way the winner's ``history`` gains every provenance of both rows (their own and their
     histories) except its own, without duplicates, oldest first.
 
+    The winner keeps its own comparison with vLLM (it is its config's), except where
+    both rows hold the same config: then the comparison of the later measurement
+    (``tuned_at``; the candidate's on a tie) is kept, a fresher measurement of the same
+    config, unless it names no vLLM version (vLLM was absent, or the row predates the
+    comparison) while the other does.
+
     Returns:
         The outcome and the row to store (``incumbent`` itself when unchanged).
     """
@@ -133,9 +141,22 @@ def resolve(
         key=lambda p: (p.tuned_at, p.host, p.study),
     )
     merged = winner.replace_history(history)
+    if candidate.config == incumbent.config:
+        merged = replace(merged, vllm=_fresher_comparison(incumbent, candidate))
     if merged == incumbent:
         return RecordOutcome.UNCHANGED, incumbent
     return (RecordOutcome.REPLACED if faster else RecordOutcome.KEPT), merged
+
+
+def _fresher_comparison(incumbent: TunedRow, candidate: TunedRow) -> VllmComparison:
+    """The comparison with vLLM to keep for two rows of the same config (see :func:`resolve`)."""
+    later, earlier = (
+        (incumbent, candidate) if incumbent.tuned_at > candidate.tuned_at
+        else (candidate, incumbent)
+    )  # fmt: skip
+    if later.vllm.version is None and earlier.vllm.version is not None:
+        return earlier.vllm
+    return later.vllm
 
 
 def open_store(target: Target | Source | None = None, *, readonly: bool = False) -> Store:
@@ -421,6 +442,41 @@ class Store:
             ids = [row_id for row_id, *_ in session.execute(stored_rows_query([key]))]
             if ids:
                 session.execute(delete(table).where(table.c.id.in_(ids)))
+        return bool(ids)
+
+    def set_vllm_comparison(self, key: RowKey, comparison: VllmComparison) -> bool:
+        """Replace the comparison with vLLM of the row of ``key`` (a re-measurement of
+        its config against vLLM's function), leaving the rest of the row as it is.
+
+        Args:
+            key: The row's key (:attr:`spectune.db.TunedRow.key`).
+            comparison: The new comparison.
+
+        Returns:
+            Whether a row of ``key`` exists (and was updated).
+        """
+        if not isinstance(comparison, VllmComparison):
+            raise TypeError(
+                f"comparison must be a VllmComparison, got {type(comparison).__name__}"
+            )
+        key = tuple(key)
+        if len(key) != len(KEY_FIELDS):
+            raise ValueError(f"key must hold {len(KEY_FIELDS)} values ({', '.join(KEY_FIELDS)})")
+        if self._engine is None:
+            raise DatabaseError(f"{self.location} is open read-only")
+        from sqlalchemy import update
+        from sqlalchemy.orm import Session
+
+        from spectune.db._models import TunedConfigRecord
+        from spectune.db._writer import stored_rows_query, translate_errors
+
+        table = TunedConfigRecord.__table__
+        values = {f.name: getattr(comparison, f.attribute) for f in VLLM_FIELDS}
+        with translate_errors(self.location), Session(self._engine) as session, \
+                session.begin():
+            ids = [row_id for row_id, *_ in session.execute(stored_rows_query([key]))]
+            if ids:
+                session.execute(update(table).where(table.c.id.in_(ids)).values(**values))
         return bool(ids)
 
     def _record_in(

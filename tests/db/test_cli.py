@@ -16,7 +16,7 @@ import pytest
 from click.testing import CliRunner, Result
 
 from spectune.cli import main
-from spectune.db import open_store, read_rows_file, write_rows_file
+from spectune.db import VllmComparison, open_store, read_rows_file, write_rows_file
 from spectune.db._files import rows_to_json
 from spectune.db._reader import HEAD_REVISION
 from spectune.identity import DeviceIdentity
@@ -107,9 +107,11 @@ def long_rows(tmp_path: Path) -> Path:
     with open_store(path) as store:
         store.record_many([
             make_row(kernel="rejection_sample_mrv2_folded", vocab=151936, config=LONG_CONFIG,
-                     p50=1234.56, default_p50=2345.67),
+                     p50=1234.56, default_p50=2345.67,
+                     vllm=VllmComparison("faster", 2000.0, "0.32.0")),
             make_row(device=H100, kernel="rejection_sample_folded", spec_len=8, batch=64,
-                     dtype="float16", draft_probs=False, config=CUDA_CONFIG),
+                     dtype="float16", draft_probs=False, config=CUDA_CONFIG,
+                     vllm=VllmComparison("not faster", 9.0, "0.33.0")),
             make_row(device=H200, config=CUDA_CONFIG, p50=123456.78, default_p50=234567.89),
         ])  # fmt: skip
     return path
@@ -130,14 +132,18 @@ def test_show_fits_the_terminal_and_cuts_no_value(long_rows: Path, columns: int)
     for token in (
         "rejection_sample_mrv2_folded", "rejection_sample_folded", "rejection_sample",
         "AMD_Instinct_MI300X", "NVIDIA_H100_80GB_HBM3", "NVIDIA_H200", "gfx942", "sm_90",
-        "1235", "2346", "1.90x", "123457", "234568", "10.00", "15.00", "1.50x",
+        "1235", "1.90x", "123457", "10.00", "1.50x", "1.62x", "0.90x",
         *(f"{k}={v}" for k, v in {**LONG_CONFIG, **CUDA_CONFIG}.items()),
     ):  # fmt: skip
         assert _whole(token, out), (token, out)
+    # vs vLLM: vLLM's p50 over the tuned p50 where compared, a dash where not.
+    [h200] = [line for line in out.splitlines() if "NVIDIA_H200" in line]
+    assert h200.split()[-2:] == ["1.90x", "—"], out
     for shape in ("k=4 B=8 V=151936 bf16", "k=8 B=64 V=128256 fp16 no-dp"):
         assert shape in out, (shape, out)
     # The columns only --wide shows.
     assert "3.2.0" not in out and "2026-01-02" not in out and str(long_rows) not in out
+    assert "2346" not in out and "0.32.0" not in out
 
 
 def test_show_puts_the_config_below_its_problem(long_rows: Path) -> None:
@@ -146,6 +152,7 @@ def test_show_puts_the_config_below_its_problem(long_rows: Path) -> None:
     lines = out.splitlines()
     [first] = [i for i, line in enumerate(lines) if "rejection_sample_mrv2_folded" in line]
     assert "AMD_Instinct_MI300X" in lines[first] and "1.90x" in lines[first]
+    assert lines[first].endswith("1.62x")
     below = "".join(line.split("  ")[0].strip() for line in lines[first + 1 :])
     assert "BLOCK_V=8192,SPLITS=4,num_warps=8,num_stages=2,waves_per_eu=2" in below, out
 
@@ -155,12 +162,14 @@ def test_show_wide_has_every_column_whole(long_rows: Path) -> None:
     assert result.exit_code == 0, result.output
     out = result.stdout
     for header in ("kernel", "device", "arch", "draft probs", "config", "p50 µs",
-                   "default p50 µs", "speedup", "triton", "tuned (UTC)", "source"):
+                   "default p50 µs", "speedup", "vs vLLM", "vLLM version", "triton",
+                   "tuned (UTC)", "source"):
         assert header in out, (header, out)
     # Widened past 80 rather than folded: a row and its config on one line.
     [row] = [line for line in out.splitlines() if "rejection_sample_mrv2_folded" in line]
     for cell in ("AMD_Instinct_MI300X", "gfx942", "151936", "bfloat16", "yes", "1234.56",
-                 "2345.67", "1.90x", "3.2.0", "2026-01-02 03:04", str(long_rows),
+                 "2345.67", "1.90x", "1.62x", "0.32.0", "3.2.0", "2026-01-02 03:04",
+                 str(long_rows),
                  "BLOCK_V=8192,SPLITS=4,num_warps=8,num_stages=2,waves_per_eu=2"):
         assert cell in row, (cell, row)
 

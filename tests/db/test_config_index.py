@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import sqlite3
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
-from spectune.db import ConfigIndex, load_index
+from spectune.db import ConfigIndex, IndexEntry, VllmComparison, load_index
 from spectune.db._locations import Source, parse_target
 from spectune.space import Problem
 
@@ -221,6 +222,60 @@ def test_bad_spectune_db_is_skipped_and_bad_arguments_give_an_empty_index(
     assert len(load()) == 1
     assert len(load(device="MI300X")) == 0
     assert len(load(kernel_hashes=None)) == 0
+
+
+def entry(index: ConfigIndex, **problem: object) -> IndexEntry | None:
+    fields = {"spec_len": 4, "batch": 8, "vocab": 128256, "dtype": "bfloat16",
+              "draft_probs": True} | problem  # fmt: skip
+    return index.entry(
+        device=MI300X, software=SOFTWARE, kernel=KERNEL, problem=Problem(**fields)  # type: ignore[arg-type]
+    )
+
+
+def test_entry_holds_the_comparison_with_vllm(db_url: str) -> None:
+    other = {"BLOCK_V": 2048, "num_warps": 8, "waves_per_eu": 2}
+    write_db(db_url, [
+        make_row(batch=8, vllm=VllmComparison("faster", 14.0, "0.32.0")),
+        make_row(batch=16, config=other, vllm=VllmComparison("not faster", 9.0, "0.33.0")),
+        make_row(batch=32, vllm=VllmComparison(reason="vLLM is not installed")),
+    ])  # fmt: skip
+    index = load([Source(name="db", url=parse_target(db_url))])
+    found = entry(index, batch=11)  # bucket 8, as lookup matches
+    assert found == IndexEntry(make_row().config, "faster", "0.32.0")
+    assert isinstance(found, IndexEntry)
+    assert (found.config, found.vs_vllm, found.vllm_version) == tuple(found)
+    assert entry(index, batch=16) == (other, "not faster", "0.33.0")
+    assert entry(index, batch=32) == (make_row().config, "not measured", None)
+    for batch in (11, 16, 32):
+        assert entry(index, batch=batch).config == lookup(index, batch=batch)  # type: ignore[union-attr]
+    assert entry(index, batch=64) is None and lookup(index, batch=64) is None
+    assert index.count_faster(vllm_version="0.32.0") == 1
+    assert index.count_faster(vllm_version="0.33.0") == 0  # "not faster" there
+    assert index.count_faster(vllm_version=None) == 0
+    assert ConfigIndex().count_faster(vllm_version="0.32.0") == 0
+    assert entry(index, vocab=1000) is None
+    entry(index).config["BLOCK_V"] = 1  # type: ignore[union-attr]
+    assert entry(index).config["BLOCK_V"] == 1024  # type: ignore[union-attr]
+    problem = Problem(4, 8, 128256, "bfloat16", True)
+    assert index.entry(device=H200, software=SOFTWARE, kernel=KERNEL, problem=problem) is None
+    assert index.entry(device=None, software=None, kernel=None, problem=None) is None  # type: ignore[arg-type]
+
+
+def test_a_malformed_comparison_reads_as_not_measured(tmp_path: Path) -> None:
+    compared = VllmComparison("faster", 14.0, "0.32.0")
+    path = write_db(tmp_path / "a.db", [make_row(batch=b, vllm=compared) for b in (1, 2, 4, 8)])
+    with sqlite3.connect(path) as edit:  # edited by hand: never served as "faster"
+        edit.execute("UPDATE tuned_configs SET vs_vllm = 'FASTER!' WHERE batch = 1")
+        edit.execute("UPDATE tuned_configs SET vllm_version = NULL WHERE batch = 2")
+        edit.execute("UPDATE tuned_configs SET vllm_version = '../0.32' WHERE batch = 4")
+    edit.close()
+    index = load([source("a", path)])
+    assert [entry(index, batch=b) for b in (1, 2, 4, 8)] == [
+        *[(make_row().config, "not measured", None)] * 3,
+        (make_row().config, "faster", "0.32.0"),
+    ]
+    (report,) = index.sources
+    assert (report.rows, report.usable, report.used, report.malformed) == (4, 4, 4, 0)
 
 
 def test_lookup_never_raises_on_garbage(tmp_path: Path) -> None:

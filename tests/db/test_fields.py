@@ -40,7 +40,10 @@ def test_model_columns_follow_the_kinds() -> None:
             assert column.type.length == field.size
         else:
             assert isinstance(column.type, types[field.kind]), field.name
-        assert column.nullable == (field.name == "history"), field.name
+        nullable = ("history", "vllm_p50_us", "vllm_version", "vllm_reason")
+        assert column.nullable == (field.name in nullable), field.name
+        default = column.server_default
+        assert (None if default is None else default.arg) == field.missing, field.name
     (unique,) = [c for c in TunedConfigRecord.__table__.constraints if c.name]
     assert tuple(c.name for c in unique.columns) == KEY_FIELDS
 
@@ -79,6 +82,7 @@ def test_stored_values_read_back_as_plain_ones() -> None:
     assert by_name["tuned_at"].from_stored(stored_time) == data["tuned_at"]
     assert by_name["config"].from_stored('{"BLOCK_V": 64}') == {"BLOCK_V": 64}
     assert by_name["history"].from_stored(None) == []
+    assert by_name["vllm_version"].from_stored(None) is None
     with pytest.raises(ValueError, match="config is not valid JSON"):
         by_name["config"].from_stored("{nope")
 

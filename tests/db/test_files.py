@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 from pathlib import Path
 
 import pytest
 
-from spectune.db import read_rows_file, write_rows_file
-from spectune.db._fields import FIELDS
+from spectune.db import VllmComparison, read_rows_file, write_rows_file
+from spectune.db._fields import FIELDS, LATER_FIELDS
 from spectune.db._files import rows_to_json, vllm_file_name, vllm_tables
 from spectune.db.errors import InvalidRowError
 
@@ -16,8 +18,10 @@ from .conftest import H200, later, make_row
 
 ROWS = [
     make_row(p50=10.123456789012345, host='quote " and, comma', study="line one"),
-    make_row(batch=16, draft_probs=False, history=(make_row(host="old").provenance,)),
-    make_row(device=H200, config={"BLOCK_V": 2048, "num_warps": 8}, dtype="float16"),
+    make_row(batch=16, draft_probs=False, history=(make_row(host="old").provenance,),
+             vllm=VllmComparison(version="0.33.0", reason="=vLLM's function raised")),
+    make_row(device=H200, config={"BLOCK_V": 2048, "num_warps": 8}, dtype="float16",
+             vllm=VllmComparison("faster", 12.5, "0.32.0")),
 ]
 
 
@@ -40,6 +44,36 @@ def test_csv_header_is_the_fields(tmp_path: Path) -> None:
     path = tmp_path / "rows.csv"
     write_rows_file(ROWS, path, fmt="csv")
     assert path.read_text().splitlines()[0] == ",".join(FIELDS)
+
+
+@pytest.mark.parametrize("fmt", ["json", "csv"])
+def test_files_written_before_the_comparison_read_as_not_measured(
+    fmt: str, tmp_path: Path
+) -> None:
+    path = tmp_path / f"rows.{fmt}"
+    later_names = [f.name for f in LATER_FIELDS]
+    assert later_names == ["vs_vllm", "vllm_p50_us", "vllm_version", "vllm_reason"]
+    write_rows_file(ROWS, path, fmt=fmt)
+    if fmt == "json":  # as spectune wrote it before schema revision 0004
+        data = json.loads(path.read_text())
+        path.write_text(json.dumps([{k: v for k, v in d.items() if k not in later_names}
+                                    for d in data]))  # fmt: skip
+    else:
+        lines = list(csv.reader(io.StringIO(path.read_text(), newline="")))
+        keep = len(FIELDS) - len(later_names)  # the new columns are the last ones
+        assert lines[0][keep:] == later_names
+        out = io.StringIO()
+        csv.writer(out, lineterminator="\n").writerows(line[:keep] for line in lines)
+        path.write_text(out.getvalue())
+    read = read_rows_file(path)
+    assert [r.vllm for r in read] == [VllmComparison()] * len(ROWS)
+    assert [r.replace_vllm(VllmComparison()) for r in ROWS] == read
+
+
+def test_csv_writes_an_empty_cell_for_none(tmp_path: Path) -> None:
+    path = tmp_path / "rows.csv"
+    write_rows_file(ROWS[:1], path, fmt="csv")
+    assert path.read_text().splitlines()[1].endswith(",not measured,,,")
 
 
 def test_vllm_json_one_file_per_kernel_and_device(tmp_path: Path) -> None:

@@ -17,7 +17,7 @@ from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import create_engine, inspect, text
 
-from spectune.db import load_index, open_store, upgrade_database
+from spectune.db import VllmComparison, load_index, open_store, upgrade_database
 from spectune.db._locations import Source, parse_target
 from spectune.db._models import Base
 from spectune.db._reader import HEAD_REVISION, REVISIONS
@@ -29,7 +29,7 @@ from spectune.db.errors import (
     SchemaTooOldError,
 )
 
-from .conftest import ASSETS, KERNEL, KERNEL_HASH, MI300X, SOFTWARE, later, make_row
+from .conftest import ASSETS, KERNEL, KERNEL_HASH, MI300X, SOFTWARE, later, make_row, write_db
 
 
 def engine_for(target: str):  # type: ignore[no-untyped-def]
@@ -236,3 +236,78 @@ def test_asset_is_still_revision_0002() -> None:
         engine.dispose()
     assert version == "0002"
     assert "nightly_runs" not in tables
+
+
+def test_checked_in_0003_file_is_read_as_not_compared_and_upgraded(tmp_path: Path) -> None:
+    # Revision 0004 added the comparison with vLLM: a 0003 file serves its rows unchanged
+    # (none routed to spectune, as not compared), and an upgrade keeps them so.
+    copy = tmp_path / "schema_0003.db"
+    shutil.copyfile(ASSETS / "schema_0003.db", copy)
+    before = copy.read_bytes()
+    with open_store(copy, readonly=True) as store:
+        rows = store.rows()
+    assert copy.read_bytes() == before
+    assert [r.host for r in rows] == ["node-b", "node-a"]
+    assert [h.host for h in rows[1].history] == ["node-c"]
+    assert all(r.vllm == VllmComparison() and r.vs_vllm_ratio is None for r in rows)
+    index = load_index(device=MI300X, software=SOFTWARE, kernel_hashes={KERNEL: KERNEL_HASH},
+                       sources=[Source(name="old", url=parse_target(str(copy)))])
+    assert index.sources[0].status == "read" and index.sources[0].used == 1
+    entry = index.entry(device=MI300X, software=SOFTWARE, kernel=KERNEL,
+                        problem=rows[1].problem)  # fmt: skip
+    assert entry == (rows[1].config, "not measured", None)
+    assert upgrade_database(copy) == ("0003", HEAD_REVISION)
+    with open_store(copy, readonly=True) as store:
+        assert store.rows() == rows
+    engine = engine_for(str(copy))
+    try:
+        with engine.connect() as connection:
+            stored = connection.execute(
+                text("SELECT vs_vllm, vllm_p50_us, vllm_version, vllm_reason FROM tuned_configs")
+            ).all()
+    finally:
+        engine.dispose()
+    assert [tuple(each) for each in stored] == [("not measured", None, None, None)] * 2
+    # The upgraded file records comparisons.
+    compared = VllmComparison("faster", 14.0, "0.32.0")
+    with open_store(copy) as store:
+        assert store.set_vllm_comparison(rows[1].key, compared)
+        (mi300x,) = store.rows(device_name="AMD_Instinct_MI300X")
+    assert mi300x.vllm == compared and mi300x.vs_vllm_ratio == 1.4
+
+
+def test_asset_is_still_revision_0003() -> None:
+    engine = engine_for(str(ASSETS / "schema_0003.db"))
+    try:
+        with engine.connect() as connection:
+            version = connection.execute(text("SELECT version_num FROM alembic_version")).scalar()
+            columns = {c["name"] for c in inspect(connection).get_columns("tuned_configs")}
+    finally:
+        engine.dispose()
+    assert version == "0003"
+    assert "vs_vllm" not in columns and "history" in columns
+
+
+def test_a_0004_database_lacking_a_comparison_column_is_refused(db_url: str) -> None:
+    upgrade_database(db_url)
+    _execute(db_url, "ALTER TABLE tuned_configs DROP COLUMN vllm_version")
+    with pytest.raises(SchemaError, match=r"lacks column\(s\) \['vllm_version'\]"):
+        open_store(db_url, readonly=True)
+
+
+def test_a_database_without_the_comparison_columns_is_served(db_url: str) -> None:
+    # What a 0003 database is, on either storage: the readers read the comparison as
+    # not measured (a literal in their SQL), without upgrading it.
+    write_db(db_url, [make_row(vllm=VllmComparison("faster", 14.0, "0.32.0"))])
+    for column in ("vs_vllm", "vllm_p50_us", "vllm_version", "vllm_reason"):
+        _execute(db_url, f"ALTER TABLE tuned_configs DROP COLUMN {column}")
+    _set_revision(db_url, "0003")
+    with open_store(db_url, readonly=True) as store:
+        assert store.rows() == [make_row()]
+    index = load_index(device=MI300X, software=SOFTWARE, kernel_hashes={KERNEL: KERNEL_HASH},
+                       sources=[Source(name="old", url=parse_target(db_url))])  # fmt: skip
+    assert index.entry(device=MI300X, software=SOFTWARE, kernel=KERNEL,
+                       problem=make_row().problem) == (make_row().config, "not measured", None)
+    assert upgrade_database(db_url) == ("0003", HEAD_REVISION)
+    with open_store(db_url, readonly=True) as store:
+        assert store.rows() == [make_row()]

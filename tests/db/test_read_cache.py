@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 
 import spectune.db._config_index as config_index
-from spectune.db import ConfigIndex, Source, load_index, parse_target
-from spectune.db._read_cache import ReadCache
+from spectune.db import ConfigIndex, Source, VllmComparison, load_index, parse_target
+from spectune.db._read_cache import _FORMAT, ReadCache
 from spectune.space import Problem
 
 from .conftest import KERNEL, KERNEL_HASH, MI300X, SOFTWARE, SPACE, make_row, write_db
@@ -169,6 +169,59 @@ def test_other_kernel_hashes_replace_the_kept_rows(tmp_path: Path) -> None:
     assert summary(load(path, kernel_hashes={KERNEL: "feedface"}))[0][2:5] == (1, 0, 0)
     after = kept(tmp_path)
     assert len(after) == len(before) == 1 and after != before
+
+
+def reads_counted(monkeypatch: pytest.MonkeyPatch) -> list[object]:
+    """The databases read from now on (not their kept rows)."""
+    read: list[object] = []
+    real = config_index.reading
+
+    def counting(url: Any, **options: Any) -> Any:
+        read.append(url)
+        return real(url, **options)
+
+    monkeypatch.setattr(config_index, "reading", counting)
+    return read
+
+
+def test_the_comparison_with_vllm_is_kept(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    faster = VllmComparison("faster", 14.0, "0.32.0")
+    raised = VllmComparison(version="0.32.0", reason="vLLM's function raised: boom")
+    rows = [make_row(batch=1, vllm=faster), make_row(batch=2, vllm=raised), make_row(batch=4)]
+    path = Path(write_db(tmp_path / "env.db", rows))
+    first = load(path)
+    assert kept(tmp_path)
+    no_reading(monkeypatch)
+    again = load(path)
+    expected = [(make_row().config, "faster", "0.32.0"),
+                (make_row().config, "not measured", "0.32.0"),
+                (make_row().config, "not measured", None)]  # fmt: skip
+    for index in (first, again):
+        found = [index.entry(device=MI300X, software=SOFTWARE, kernel=KERNEL,
+                             problem=problem(batch=b)) for b in (1, 2, 4)]  # fmt: skip
+        assert found == expected
+
+
+def test_a_cache_file_of_the_old_format_means_reading(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Format 1 kept no comparison with vLLM, and no NULL: its files must not be used.
+    path = Path(write_db(tmp_path / "env.db", [make_row(vllm=VllmComparison(
+        "faster", 14.0, "0.32.0"))]))  # fmt: skip
+    load(path)
+    (file,) = kept(tmp_path)
+    header, _, payload = file.read_bytes().partition(b"\n")
+    described = json.loads(header)
+    assert described["key"][0] == _FORMAT and _FORMAT.startswith("spectune-read-cache-2-")
+    described["key"][0] = _FORMAT.replace("-2-", "-1-")
+    file.write_bytes(json.dumps(described).encode() + b"\n" + payload)
+    read = reads_counted(monkeypatch)
+    again = load(path)
+    assert len(read) == 1
+    assert again.entry(device=MI300X, software=SOFTWARE, kernel=KERNEL,
+                       problem=problem()) == (make_row().config, "faster", "0.32.0")
 
 
 def test_postgres_is_not_cached() -> None:

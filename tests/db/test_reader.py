@@ -318,8 +318,9 @@ BAD = {
     "revision-0001": f"{{db}} has schema revision 0001, older than this spectune's "
     f"{HEAD_REVISION}; run: spectune db upgrade --db {{db}}",
     "newer-revision": "{db} has schema revision '9999', which this spectune does not know "
-    "(newest known: 0003); it was written by a newer spectune: upgrade spectune to use it",
-    "several-revisions": "several schema revisions recorded: [\"'0001'\", \"'0003'\"]",
+    f"(newest known: {HEAD_REVISION}); it was written by a newer spectune: upgrade spectune "
+    "to use it",
+    "several-revisions": f"several schema revisions recorded: [\"'0001'\", \"'{HEAD_REVISION}'\"]",
     "no-revision-row": "{db} is not a spectune database (it has tables [\"'alembic_version'\", "
     "\"'nightly_results'\", \"'nightly_runs'\", \"'tuned_configs'\"] but no schema revision)",
     "missing-table": "{db} is missing table 'tuned_configs'",

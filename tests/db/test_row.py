@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from spectune.db import Provenance, TunedRow, batch_bucket
+from spectune.db import VS_VLLM_VERDICTS, Provenance, TunedRow, VllmComparison, batch_bucket
 from spectune.db._fields import FIELDS, KEY_FIELDS
 from spectune.db._row import is_batch_bucket
 from spectune.db.errors import InvalidRowError
@@ -207,3 +207,60 @@ def test_is_batch_bucket() -> None:
     assert [b for b in range(0, 70) if is_batch_bucket(b)] == [1, 2, 4, 8, 16, 32, 64]
     assert not is_batch_bucket(True)
     assert not is_batch_bucket(8.0)
+
+
+def test_a_row_is_not_compared_with_vllm_unless_told() -> None:
+    row = make_row()
+    assert row.vllm == VllmComparison() == VllmComparison("not measured", None, None, None)
+    assert row.vs_vllm_ratio is None
+    data = row.to_dict()
+    assert (data["vs_vllm"], data["vllm_p50_us"], data["vllm_version"], data["vllm_reason"]) \
+        == ("not measured", None, None, None)
+    assert VS_VLLM_VERDICTS == ("faster", "not faster", "not measured")
+
+
+def test_comparison_round_trip_and_ratio() -> None:
+    row = make_row(p50=10.0, vllm=VllmComparison("faster", 15, "0.32.0"))
+    assert row.vllm.p50_us == 15.0 and isinstance(row.vllm.p50_us, float)
+    assert row.vs_vllm_ratio == 1.5
+    assert TunedRow.from_dict(row.to_dict()) == row
+    slower = make_row(p50=10.0, vllm=VllmComparison("not faster", 8.0, "0.33.0rc1+cu128"))
+    assert slower.vs_vllm_ratio == 0.8
+    # An older row's dict (no comparison keys) reads as not measured.
+    old = {k: v for k, v in row.to_dict().items() if not k.startswith(("vs_vllm", "vllm_"))}
+    assert TunedRow.from_dict(old) == row.replace_vllm(VllmComparison())
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        ({"verdict": "slower"}, "vs_vllm must be one of"),
+        ({"verdict": None}, "vs_vllm must be one of"),
+        ({"verdict": "faster"}, "must be set when vs_vllm is 'faster'"),
+        ({"verdict": "faster", "p50_us": 1.0}, "vllm_version must be set"),
+        ({"verdict": "not faster", "version": "0.32.0"}, "vllm_p50_us and vllm_version"),
+        ({"p50_us": 3.0}, "vllm_p50_us must be None when vs_vllm is 'not measured'"),
+        ({"verdict": "faster", "p50_us": 0.0, "version": "0.32.0"}, "finite and positive"),
+        ({"verdict": "faster", "p50_us": math.inf, "version": "0.32.0"}, "finite and positive"),
+        ({"verdict": "faster", "p50_us": True, "version": "0.32.0"}, "must be a number"),
+        ({"verdict": "faster", "p50_us": 1.0, "version": "0.32/../x"}, "vllm_version must be"),
+        ({"verdict": "faster", "p50_us": 1.0, "version": "0.32.0", "reason": "why"},
+         "vllm_reason must be None"),
+        ({"reason": "  "}, "vllm_reason must be non-empty text"),
+        ({"reason": 3}, "vllm_reason must be non-empty text"),
+    ],
+)
+def test_bad_comparisons(arguments: dict[str, Any], message: str) -> None:
+    with pytest.raises(ValueError, match=message) as caught:
+        VllmComparison(**arguments)
+    assert "\n" not in str(caught.value)
+    with pytest.raises(ValueError, match="vllm must be a VllmComparison"):
+        make_row(vllm="faster")
+
+
+def test_a_reason_is_kept_as_one_short_printable_line() -> None:
+    raised = VllmComparison(version="0.32.0", reason="vLLM's function raised: boom\n  at x\x1b")
+    assert raised.reason == "vLLM's function raised: boom"
+    long = VllmComparison(reason="x\u202e" * 400)
+    assert long.reason is not None and len(long.reason) == 256 and long.reason.isprintable()
+    assert make_row(vllm=long).to_dict()["vllm_reason"] == long.reason

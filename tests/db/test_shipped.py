@@ -78,7 +78,7 @@ def test_loading_the_shipped_database_writes_nothing() -> None:
     assert (hashlib.sha256(path.read_bytes()).hexdigest(), path.stat().st_mtime_ns) == before
     for extra in ("-wal", "-shm", "-journal"):
         assert not Path(f"{path}{extra}").exists()
-    assert HEAD_REVISION == "0003"
+    assert HEAD_REVISION == "0004"
 
 
 def test_reading_imports_no_triton_torch_kernels_tuner_vllm_or_alembic() -> None:

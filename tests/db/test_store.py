@@ -15,6 +15,7 @@ from spectune.db import (
     DatabaseError,
     RecordOutcome,
     Store,
+    VllmComparison,
     effective_rows,
     import_rows,
     merge_databases,
@@ -86,6 +87,87 @@ def test_insignificant_gain_keeps_incumbent_and_both_provenances(store: Store) -
     noisy = make_row(p50=9.5, spread=1.0, host="node-c", tuned_at=later(9))
     assert store.record(noisy) is RecordOutcome.KEPT
     assert [h.host for h in store.rows()[0].history] == ["node-b", "node-c"]
+
+
+FASTER = VllmComparison("faster", 14.0, "0.32.0")
+NOT_FASTER = VllmComparison("not faster", 9.0, "0.33.0")
+OTHER_CONFIG = {"BLOCK_V": 2048, "num_warps": 8, "waves_per_eu": 2}
+
+
+def test_the_comparison_with_vllm_is_stored(store: Store) -> None:
+    rows = [make_row(vllm=FASTER), make_row(batch=16, vllm=VllmComparison(reason="no vLLM"))]
+    store.record_many(rows)
+    assert store.rows() == rows
+
+
+def test_a_fresher_comparison_of_the_same_config_replaces_the_held_one(store: Store) -> None:
+    store.record(make_row(p50=10.0, vllm=FASTER))
+    # Same config, measured later, not significantly faster: the incumbent's figures
+    # stay, the comparison is the new one's.
+    again = make_row(p50=10.1, host="node-b", tuned_at=later(5), vllm=NOT_FASTER)
+    assert store.record(again) is RecordOutcome.KEPT
+    (stored,) = store.rows()
+    assert (stored.host, stored.tuned, stored.vllm) == ("node-a", make_row().tuned, NOT_FASTER)
+    assert [h.host for h in stored.history] == ["node-b"]
+    # A later measurement without vLLM (no version) keeps the comparison there is...
+    absent = make_row(p50=10.0, host="node-c", tuned_at=later(9),
+                      vllm=VllmComparison(reason="vLLM is not installed"))  # fmt: skip
+    assert store.record(absent) is RecordOutcome.KEPT
+    assert store.rows()[0].vllm == NOT_FASTER
+    # ...and so does an older one, recorded (merged) after.
+    older = make_row(p50=10.0, host="node-d", tuned_at=later(-60), vllm=FASTER)
+    assert store.record(older) is RecordOutcome.KEPT
+    assert store.rows()[0].vllm == NOT_FASTER
+
+
+def test_a_config_keeps_its_own_comparison(store: Store) -> None:
+    store.record(make_row(p50=10.0, vllm=FASTER))
+    # Another config, not significantly faster: the incumbent and its comparison stay.
+    close = make_row(p50=9.9, host="b", tuned_at=later(1), config=OTHER_CONFIG, vllm=NOT_FASTER)
+    assert store.record(close) is RecordOutcome.KEPT
+    assert store.rows()[0].vllm == FASTER
+    # Another config that replaces it brings its own (here: none).
+    fast = make_row(p50=5.0, host="c", tuned_at=later(2), config=OTHER_CONFIG)
+    assert store.record(fast) is RecordOutcome.REPLACED
+    assert store.rows()[0].vllm == VllmComparison()
+
+
+def test_set_vllm_comparison_changes_only_the_comparison(store: Store) -> None:
+    row = make_row(history=(make_row(host="old", tuned_at=later(-5)).provenance,))
+    store.record_many([row, make_row(batch=16)])
+    assert store.set_vllm_comparison(row.key, FASTER) is True
+    assert store.rows() == [row.replace_vllm(FASTER), make_row(batch=16)]
+    assert store.rows()[0].vs_vllm_ratio == 1.4
+    assert store.set_vllm_comparison(row.key, VllmComparison(reason="vLLM is not installed"))
+    assert store.rows()[0].vllm.reason == "vLLM is not installed"
+    assert store.set_vllm_comparison(make_row(batch=32).key, FASTER) is False
+    assert store.count() == 2
+    with pytest.raises(TypeError, match="VllmComparison"):
+        store.set_vllm_comparison(row.key, "faster")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="key must hold 13 values"):
+        store.set_vllm_comparison(row.key[:3], FASTER)
+
+
+def test_set_vllm_comparison_on_a_read_only_store(db_url: str) -> None:
+    write_db(db_url, [make_row()])
+    with open_store(db_url, readonly=True) as store, \
+            pytest.raises(DatabaseError, match="read-only"):
+        store.set_vllm_comparison(make_row().key, FASTER)
+
+
+def test_merges_carry_the_comparison_of_the_row_they_keep(tmp_path: Path) -> None:
+    a = write_db(tmp_path / "a.db", [make_row(p50=10.0, host="a", vllm=FASTER)])
+    b = write_db(tmp_path / "b.db", [make_row(p50=5.0, host="b", tuned_at=later(1),
+                                              config=OTHER_CONFIG, vllm=NOT_FASTER)])
+    merge_databases([a, b], into=tmp_path / "ab.db")
+    merge_databases([b, a], into=tmp_path / "ba.db")
+    with open_store(tmp_path / "ab.db") as ab, open_store(tmp_path / "ba.db") as ba:
+        assert [r.vllm for r in ab.rows()] == [r.vllm for r in ba.rows()] == [NOT_FASTER]
+    exported = tmp_path / "rows.json"
+    write_rows_file([make_row(vllm=FASTER)], exported, fmt="json")
+    import_rows(exported, into=tmp_path / "c.db")
+    with open_store(tmp_path / "c.db") as c:
+        assert c.rows()[0].vllm == FASTER
 
 
 def test_min_gain_is_passed_through(store: Store) -> None:

@@ -6,6 +6,7 @@ by today's code. Run from the repository root only to add a new asset:
 
     python tests/db/assets/make_assets.py schema_0001.db
     python tests/db/assets/make_assets.py schema_0002.db
+    python tests/db/assets/make_assets.py schema_0003.db
 """
 
 from __future__ import annotations
@@ -33,7 +34,8 @@ ROWS_0001 = [
 ]  # fmt: skip
 
 
-#: The history (JSON) revision 0002 adds to the first row of ROWS_0001 in its asset.
+#: The history (JSON) revision 0002 adds to the first row of ROWS_0001 in its assets
+#: (0002 and 0003).
 HISTORY_0002 = (
     '[{"config": {"BLOCK_V": 2048, "num_warps": 8, "waves_per_eu": 2}, "tuned_p20_us": 10.4, '
     '"tuned_p50_us": 10.6, "tuned_p80_us": 10.9, "trials": 30, "tuning_seconds": 20.0, '
@@ -47,6 +49,11 @@ def make_schema_0001(path: Path) -> None:
 
 def make_schema_0002(path: Path) -> None:
     _make(path, "0002")
+
+
+def make_schema_0003(path: Path) -> None:
+    """Revision 0003 (the nightly tables; no comparison with vLLM yet)."""
+    _make(path, "0003")
 
 
 def _make(path: Path, revision: str) -> None:
@@ -70,7 +77,7 @@ def _make(path: Path, revision: str) -> None:
                 ),
                 dict(zip("abcdefghijklmnopqrstuvwxy", row, strict=True)),
             )
-        if revision == "0002":
+        if revision in ("0002", "0003"):
             connection.execute(
                 text("UPDATE tuned_configs SET history = :h WHERE host = 'node-a'"),
                 {"h": HISTORY_0002},
@@ -84,7 +91,8 @@ if __name__ == "__main__":
     target = Path(__file__).parent / sys.argv[1]
     if target.exists():
         raise SystemExit(f"{target} exists: assets are written once and kept")
-    recipes = {"schema_0001.db": make_schema_0001, "schema_0002.db": make_schema_0002}
+    recipes = {"schema_0001.db": make_schema_0001, "schema_0002.db": make_schema_0002,
+               "schema_0003.db": make_schema_0003}
     if target.name not in recipes:
         raise SystemExit(f"no recipe for {target.name}")
     recipes[target.name](target)
