@@ -81,6 +81,10 @@ def _kernel_names() -> list[str]:
               help="Run each trial in a child process with a watchdog, so a crash, an abort "
               "or a hung kernel fails the trial, not the sweep (default: on GPUs, not under "
               "the CPU interpreter).")
+@click.option("--vs-vllm/--no-vs-vllm", "vs_vllm", default=True, show_default=True,
+              help="Measure the config serving each shape beside the installed vLLM's own "
+              "function (same inputs, same tokens checked, side by side) and record the "
+              "verdict: the plugin routes a shape only where spectune was faster.")
 @click.option("--json", "as_json", is_flag=True,
               help="Print the results as one JSON list on stdout, nothing else (progress "
               "and notes stay on stderr).")
@@ -91,8 +95,8 @@ def sweep(
     kernels: tuple[str, ...], spec_lens: str, batch_sizes: str, vocab_sizes: str,
     dtypes: tuple[str, ...], no_draft_probs: bool, trials: int, time_budget: float | None,
     patience: int | None, db: str | None, storage: str | None, workers: int, sampler: str,
-    seed: int, finalists: int, transfer: bool, isolate: bool | None, as_json: bool,
-    wide: bool,
+    seed: int, finalists: int, transfer: bool, isolate: bool | None, vs_vllm: bool,
+    as_json: bool, wide: bool,
 ) -> None:
     """Tune the kernels for each (kernel, k, batch, vocab, dtype) on this device.
 
@@ -101,12 +105,16 @@ def sweep(
     runners-up are measured again side by side (--finalists); a config is written to the
     database only when faster than the current row or the default by the promotion rule,
     the two measured side by side until the rule decides (a best the database already
-    holds is "up to date"). Numbers past the kernels' declared limits are refused before
-    anything runs. Ctrl-C stops cleanly: finished trials are kept, and a rerun resumes.
+    holds is "up to date"). Then the config serving each shape (the row's, else the
+    default) is measured side by side with the installed vLLM's own function, and the
+    verdict recorded on the row (a shape the default serves gets a row for it); without
+    vLLM the verdicts read "not measured". Numbers past the kernels' declared limits are
+    refused before anything runs. Ctrl-C stops cleanly: finished trials are kept, and a
+    rerun resumes.
 
     The results table fits an 80-column terminal (the problem, its best config below it,
-    default and best p50, speedup, the database's verdict); --wide shows every column,
-    --json prints the results as JSON instead.
+    default and best p50, speedup, vLLM's p50 over the serving config's, the database's
+    verdict); --wide shows every column, --json prints the results as JSON instead.
     """
     optuna = import_tuner("optuna", command="sweep")
     import_tuner("spectune.tuning.sweep", command="sweep")
@@ -144,7 +152,8 @@ def sweep(
         options = SweepOptions(trials=trials, time_budget=time_budget, patience=patience,
                                db=db, storage=storage or default_storage(db),
                                workers=workers, sampler=sampler, seed=seed,
-                               finalists=finalists, transfer=transfer, isolate=isolate)
+                               finalists=finalists, transfer=transfer, isolate=isolate,
+                               vs_vllm=vs_vllm)
         buckets = sorted({batch_bucket(b) for b in batches})
         if buckets != batches:
             console.print(f"batch sizes {batches} tuned at their buckets {buckets}")
@@ -340,6 +349,11 @@ def _results_json(
             "stop_reason": r.stop_reason, "promoted": r.promoted,
             "best_config": r.best_config, "default_config": r.default_config,
             "seconds": _us(r.seconds),
+            "vs_vllm": None if r.vllm is None else r.vllm.verdict,
+            "vllm_p50_us": None if r.vllm is None else _us(r.vllm.p50_us),
+            "vllm_version": None if r.vllm is None else r.vllm.version,
+            "vllm_reason": None if r.vllm is None else r.vllm.reason,
+            "served_p50_us": None if r.served is None else _us(r.served.p50),
         })
         payload.append(entry)
     return json.dumps(payload, indent=2, allow_nan=False)
@@ -359,6 +373,7 @@ def _print_table(
     from rich.text import Text
 
     from spectune.cli.db import (
+        NOT_COMPARED,
         Phrases,
         compact_table,
         config_phrases,
@@ -367,16 +382,17 @@ def _print_table(
         short_us,
     )
 
-    title = "sweep results (µs: p50; default vs best, measured side by side)"
+    title = ("sweep results (µs: p50; default vs best, and vLLM's own function vs the "
+             "serving config, each measured side by side)")
     if wide:
         table = Table(title=title)
         for name in ("kernel", "k", "batch", "vocab", "dtype", "default µs", "best µs",
-                     "speedup", "trials", "fail/invalid", "database", "config"):
+                     "speedup", "vs vLLM", "trials", "fail/invalid", "database", "config"):
             table.add_column(name, justify="right" if name in ("k", "batch", "vocab") else "left")
     else:
         table = compact_table(title)
         table.add_column("problem / best config")
-        for name in ("default\nµs", "best\nµs", "speedup"):
+        for name in ("default\nµs", "best\nµs", "speedup", "vs\nvLLM"):
             table.add_column(name, justify="right", no_wrap=True)
         table.add_column("database", no_wrap=True)
     # The wide table's figures as today's; the compact one's in at most six characters.
@@ -385,14 +401,15 @@ def _print_table(
         default = number(r.default.p50) if r.default else "-"
         best = number(r.best.p50) if r.best else "-"
         speedup = f"{r.speedup:.2f}x" if r.speedup else "-"
+        versus = NOT_COMPARED if r.vs_vllm is None else f"{r.vs_vllm:.2f}x"
         if wide:
             p = r.item.problem
             config = " ".join(config_phrases(r.best_config))
             table.add_row(r.item.kernel, str(p.spec_len), str(p.batch), str(p.vocab), p.dtype,
-                          default, best, speedup, str(r.trials), f"{r.failed}/{r.invalid}",
-                          r.promoted, Text(config))
+                          default, best, speedup, versus, str(r.trials),
+                          f"{r.failed}/{r.invalid}", r.promoted, Text(config))
         else:
             cell = Phrases([(problem_phrases(r.item.kernel, r.item.problem), "", " "),
                             (config_phrases(r.best_config), "dim", ",")])
-            table.add_row(cell, default, best, speedup, r.promoted)
+            table.add_row(cell, default, best, speedup, versus, r.promoted)
     print_table(table, wide=wide, console=console)

@@ -17,12 +17,19 @@ For each (kernel, k, batch, vocab, dtype, draft probs) on the current device:
    in this run until the rule decides (:func:`spectune.promotion.decide_side_by_side`);
    the row carries its provenance. A best config the database already holds is up to
    date, and so is a row this study wrote with no trial run since: nothing is measured
-   again, so a rerun of a finished study keeps its verdict.
+   again, so a rerun of a finished study keeps its verdict;
+6. measure the config that now serves the shape (the row's, else the default) side by
+   side with the installed vLLM's own function (:mod:`spectune.tuning._vs_vllm`) and
+   record the verdict on the row: "faster", "not faster" or "not measured" with the
+   reason. A shape whose default serves gets a row with the default config when vLLM
+   was measured, so every shape measured against vLLM has its verdict in the database.
+   Without vLLM the sweep runs as before and says once that verdicts need vLLM.
 """
 
 from __future__ import annotations
 
 import functools
+import logging
 import math
 import multiprocessing
 import os
@@ -55,7 +62,9 @@ from spectune.tuning.problems import SweepItem, study_name
 from spectune.tuning.trial import TrialRunner
 
 if TYPE_CHECKING:
-    from spectune.db import Store, TunedRow
+    from spectune.db import Store, TunedRow, VllmComparison
+
+logger = logging.getLogger("spectune.tuning")
 
 __all__ = ["MAX_SEED", "SweepOptions", "SweepResult", "default_storage", "max_workers",
            "run_item", "study_attrs"]
@@ -116,6 +125,9 @@ class SweepOptions:
     #: fails the trial, not the sweep. ``None``: on GPUs, not under the CPU interpreter
     #: (where nothing can crash the process and a worker's start costs seconds).
     isolate: bool | None = None
+    #: Measure the serving config beside the installed vLLM's own function and record
+    #: the verdict (:mod:`spectune.tuning._vs_vllm`).
+    vs_vllm: bool = True
 
     def __post_init__(self) -> None:
         for name, low, high, optional in (
@@ -143,6 +155,8 @@ class SweepOptions:
                 or not math.isfinite(value) or value <= 0
             ):
                 raise ValueError(f"{name} must be a finite number > 0 or None, got {value!r}")
+        if not isinstance(self.vs_vllm, bool):
+            raise ValueError(f"vs_vllm must be True or False, got {self.vs_vllm!r}")
         if self.isolate is not None and not isinstance(self.isolate, bool):
             raise ValueError(f"isolate must be True, False or None, got {self.isolate!r}")
         if isinstance(self.sampler, str) and self.sampler not in STRATEGIES:
@@ -165,11 +179,24 @@ class SweepResult:
     stop_reason: str
     # inserted | replaced | kept | unchanged (the database's verdict on a faster best),
     # not faster (than the incumbent, which stays), up to date (the database already
-    # holds the best), default is best, no result
+    # holds the best), default is best, no result; default row (no faster best: a row
+    # with the default config holds the verdict against vLLM)
     promoted: str
     seconds: float
     #: At which of the study's evaluations its best was found (``None`` without one).
     best_evaluation: int | None = None
+    #: The serving config against vLLM's own function (``None``: not compared).
+    vllm: VllmComparison | None = None
+    #: The serving config's timing in that comparison.
+    served: Timing | None = None
+
+    @property
+    def vs_vllm(self) -> float | None:
+        """vLLM's median over the serving config's (above 1: spectune is faster), when
+        both were measured side by side."""
+        if self.vllm is None or self.vllm.p50_us is None or self.served is None:
+            return None
+        return self.vllm.p50_us / self.served.p50
 
     @property
     def speedup(self) -> float | None:
@@ -288,12 +315,21 @@ def run_item(
                 runners_up=[dict(r.config) for r in runners_up], supersede=supersede,
             )
             best = next((r for r in [best, *runners_up] if r.config == best_config), best)
+        vllm = served = None
+        if options.vs_vllm and best_t is not None:
+            vllm, served, promoted = _against_vllm(
+                _Promotion(item=item, family=family, runner=runner, device=device,
+                           software=software, study=name, trials=len(history),
+                           started=started),
+                store=store, default_config=default_config, default_t=default_t,
+                promoted=promoted)
         return SweepResult(
             item=item, study=name, default_config=default_config, default=default_t,
             best_config=best_config, best=best_t, trials=len(history), failed=failed,
             invalid=invalid, stop_reason=result.stop_reason, promoted=promoted,
             seconds=time.monotonic() - started,
             best_evaluation=None if best is None else best.evaluation,
+            vllm=vllm, served=served,
         )
     finally:
         store.close()
@@ -374,13 +410,7 @@ def _promote(
     def timer(config: dict[str, int]) -> Timing:
         return runner.timer(lambda: family.launch(runner.inputs, config))
 
-    # The database's row for this very key (same device, Triton, kernel source and
-    # problem): the nearest row, when it is at distance 0.
-    near = store.best_configs_near(
-        kernel=study.item.kernel, device=study.device, problem=study.item.problem,
-        triton=study.software.triton, kernel_hash=family.source_hash, limit=1,
-    )
-    held = near[0] if near and near[0].problem == study.item.problem else None
+    held = _held(study, store)
     if supersede and held is not None:
         best_config = _rematch(best_config, runners_up, timer)
         return (*_supersede(study, store=store, held=held, best_config=best_config,
@@ -425,6 +455,73 @@ def _row(study: _Promotion, config: dict[str, int], *, tuned: Timing, default: T
         tuning_seconds=time.monotonic() - study.started, host=socket.gethostname(),
         study=study.study,
     )
+
+
+def _held(study: _Promotion, store: Store) -> TunedRow | None:
+    """The database's row for this very key (same device, Triton, kernel source and
+    problem): the nearest row, when it is at distance 0."""
+    near = store.best_configs_near(
+        kernel=study.item.kernel, device=study.device, problem=study.item.problem,
+        triton=study.software.triton, kernel_hash=study.family.source_hash, limit=1,
+    )
+    return near[0] if near and near[0].problem == study.item.problem else None
+
+
+def _against_vllm(
+    study: _Promotion, *, store: Store, default_config: dict[str, int],
+    default_t: Timing | None, promoted: str,
+) -> tuple[VllmComparison | None, Timing | None, str]:
+    """Measure the config serving the shape beside vLLM's own function and record the
+    verdict (see the module docstring, step 6).
+
+    Returns:
+        The comparison (``None`` when vLLM is not installed), the serving config's
+        timing in it, and the sweep's verdict on the database (``default row`` when a
+        row with the default config was written to hold the comparison).
+    """
+    from dataclasses import replace
+
+    from spectune.tuning._vs_vllm import compare_with_vllm, vllm_unavailable
+
+    missing = vllm_unavailable()
+    if missing is not None:
+        if not _SAID_NO_VLLM:
+            _SAID_NO_VLLM.append(missing)
+            logger.warning("spectune: %s: the verdicts against vLLM need vLLM; rows "
+                           "are recorded as not measured against it", missing)
+        return None, None, promoted
+    held = _held(study, store)
+    if (held is not None and promoted in ("up to date", "kept")
+            and held.vllm.verdict != "not measured"
+            and held.vllm.version == _installed_vllm_version()):
+        # Its verdict stands: measured under this vLLM, and the row is unchanged.
+        return held.vllm, held.tuned, promoted
+    config = default_config if held is None else held.config
+    measured = compare_with_vllm(family=study.family, inputs=study.runner.inputs,
+                                 config=config, timer=study.runner.timer)
+    comparison = measured.comparison
+    if held is not None:
+        store.set_vllm_comparison(held.key, comparison)
+    elif comparison.verdict != "not measured":
+        # The default serves this shape: a row holds its verdict (the plugin routes a
+        # shape only where a row says spectune is faster).
+        timing = measured.ours or default_t
+        assert timing is not None
+        row = replace(_row(study, default_config, tuned=timing, default=timing),
+                      vllm=comparison)
+        store.record(row, spaces=family_space)
+        promoted = "default row"
+    return comparison, measured.ours, promoted
+
+
+def _installed_vllm_version() -> str | None:
+    from spectune.vllm import installed_vllm_version
+
+    return installed_vllm_version()
+
+
+#: Said once per process: a sweep without vLLM.
+_SAID_NO_VLLM: list[str] = []
 
 
 def _supersede(

@@ -8,7 +8,10 @@ source hashes and search spaces from :mod:`spectune.kernels`; every installed fa
 when none are named). The databases hand over only those rows: measured on this device,
 with this Triton version, of those families at their installed source hashes (an
 equality search of the table's unique index); every other row stays unread. A router
-then asks :meth:`TunedConfigs.lookup` once per shape.
+then asks :meth:`TunedConfigs.entry` once per shape, and routes the shape only where
+the row says spectune's config was faster than the installed vLLM's own function
+(:meth:`TunedConfigs.serves`); ``SPECTUNE_FORCE=1`` routes every shape (the row's config,
+else the family's default).
 """
 
 from __future__ import annotations
@@ -19,13 +22,21 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     import torch
 
+    from spectune.db import IndexEntry
     from spectune.identity import DeviceIdentity
     from spectune.space import Problem
 
-__all__ = ["Lookup", "TunedConfigs"]
+__all__ = ["NOT_MEASURED", "NO_ROW", "VLLM_FASTER", "EntryLookup", "Lookup", "TunedConfigs"]
 
 #: ``(kernel family, problem) -> config``, or ``None`` where nothing is tuned.
 Lookup = Callable[[str, "Problem"], "dict[str, int] | None"]
+#: ``(kernel family, problem) -> the row's entry``, or ``None`` where there is no row.
+EntryLookup = Callable[[str, "Problem"], "IndexEntry | None"]
+
+#: Why a shape goes to vLLM (counted by :func:`spectune.vllm.passed_calls`).
+NO_ROW = "no row"
+VLLM_FASTER = "vllm faster here"
+NOT_MEASURED = "not measured against vLLM"
 
 
 class TunedConfigs:
@@ -38,19 +49,50 @@ class TunedConfigs:
         device: The device they are usable on.
         lookup: ``(kernel, problem) -> config`` (``None``: nothing tuned for it; the
             family's default config is used).
+        entry: ``(kernel, problem) -> IndexEntry`` (``None``: no row): the row's config
+            and its verdict against vLLM.
         description: Which databases were read and what each held, for the log line.
         usable: How many configs are usable here (of the families loaded).
+        faster: How many of them were measured faster than the installed vLLM's own
+            function (under that vLLM version): the shapes routed.
+        vllm_version: The installed vLLM's version (``None``: unknown).
+        forced: ``SPECTUNE_FORCE=1``: every shape routed, verdicts ignored.
     """
 
-    __slots__ = ("description", "device", "lookup", "usable")
+    __slots__ = ("description", "device", "entry", "faster", "forced", "lookup", "usable",
+                 "vllm_version")
 
     def __init__(
-        self, *, device: DeviceIdentity, lookup: Lookup, description: str, usable: int
+        self, *, device: DeviceIdentity, lookup: Lookup, description: str, usable: int,
+        entry: EntryLookup | None = None, faster: int = 0, vllm_version: str | None = None,
+        forced: bool = False,
     ) -> None:
         self.device = device
         self.lookup = lookup
         self.description = description
         self.usable = usable
+        # Without ``entry`` (configs made by hand, not from a database): the lookup's
+        # configs, none measured against vLLM (routed only when forced).
+        self.entry: EntryLookup = entry or _entries_of(lookup)
+        self.faster = faster
+        self.vllm_version = vllm_version
+        self.forced = forced
+
+    def serves(self, entry: IndexEntry) -> bool:
+        """Whether the row's config serves its shape: measured faster than vLLM's own
+        function, under the installed vLLM version."""
+        return (entry.vs_vllm == "faster" and self.vllm_version is not None
+                and entry.vllm_version == self.vllm_version)
+
+    def why_vllm(self, entry: IndexEntry | None) -> str:
+        """Why a shape with this row (``None``: none) goes to vLLM."""
+        if entry is None:
+            return NO_ROW
+        if entry.vs_vllm == "not faster" and entry.vllm_version == self.vllm_version:
+            return VLLM_FASTER
+        # Not measured, or measured under another vLLM (stale: `spectune nightly`
+        # measures it again).
+        return NOT_MEASURED
 
     def __repr__(self) -> str:
         return f"TunedConfigs({self.device.device_name}, usable={self.usable})"
@@ -83,6 +125,7 @@ class TunedConfigs:
         from spectune.db import load_index
         from spectune.identity import detect_device, detect_software
         from spectune.kernels import family_hashes, family_space, get_family
+        from spectune.vllm._settings import forced
 
         index_of_gpu = None if device is None or device.type == "cpu" else device.index
         identity = detect_device(index_of_gpu)
@@ -98,5 +141,29 @@ class TunedConfigs:
             return index.lookup(device=identity, software=software, kernel=kernel,
                                 problem=problem)
 
+        def entry(kernel: str, problem: Problem) -> IndexEntry | None:
+            return index.entry(device=identity, software=software, kernel=kernel,
+                               problem=problem)
+
+        try:
+            from spectune.vllm._settings import installed_vllm_version
+
+            vllm_version: str | None = installed_vllm_version()
+        except ImportError:
+            vllm_version = None
         description = "; ".join(s.describe() for s in index.sources) or "no databases"
-        return cls(device=identity, lookup=lookup, description=description, usable=len(index))
+        return cls(device=identity, lookup=lookup, description=description,
+                   usable=len(index), entry=entry,
+                   faster=index.count_faster(vllm_version=vllm_version),
+                   vllm_version=vllm_version, forced=forced())
+
+
+def _entries_of(lookup: Lookup) -> EntryLookup:
+    """Index entries of ``lookup``'s configs, none measured against vLLM."""
+    from spectune.db import IndexEntry
+
+    def entry(kernel: str, problem: Problem) -> IndexEntry | None:
+        config = lookup(kernel, problem)
+        return None if config is None else IndexEntry(config, "not measured", None)
+
+    return entry

@@ -122,9 +122,11 @@ def routed_calls() -> int:
 
 
 def passed_calls() -> dict[str, int]:
-    """Calls in this process handed to vLLM's own function, by reason: verification
-    modes spectune does not implement (``"block verification"``), and sampling-step
-    calls it does not take (``"apply_top_k_top_p: ..."``)."""
+    """Calls in this process handed to vLLM's own function, by reason: shapes whose
+    row does not show spectune faster than the installed vLLM (``"no row"``, ``"vllm
+    faster here"``, ``"not measured against vLLM"``), verification modes spectune does
+    not implement (``"block verification"``), and sampling-step calls it does not take
+    (``"apply_top_k_top_p: ..."``)."""
     counts: dict[str, int] = {}
     for router in STATE.routers:
         for each in (router, *router.companions):

@@ -17,7 +17,7 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from spectune.messages import one_line
-from spectune.vllm._settings import ENV_FORCE, forced, logger
+from spectune.vllm._settings import ENV_FORCE, logger
 
 if TYPE_CHECKING:
     import torch
@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from spectune.space import Problem
     from spectune.vllm._configs import TunedConfigs
 
-__all__ = ["RouterStats", "SeamRouter", "router_of", "unwrap"]
+__all__ = ["PassToVllm", "RouterStats", "SeamRouter", "router_of", "unwrap"]
 
 
 class RouterStats:
@@ -89,7 +89,8 @@ class SeamRouter:
         self.stats = RouterStats()
         self._family: KernelFamily | None = None
         self._original: Callable[..., Any] | None = None
-        self._shape_configs: dict[Hashable, dict[str, int]] = {}
+        # A shape's config, or why it goes to vLLM.
+        self._shape_configs: dict[Hashable, dict[str, int] | str] = {}
         self._failed = False
         # Configured, and what the hot path needs of the kernels taken: one attribute
         # read per call once routing.
@@ -198,9 +199,9 @@ class SeamRouter:
     def activate(self, device: torch.device) -> bool:
         """Identify ``device``, load its tuned configs, and route or step aside.
 
-        With no tuned config usable on the device (and no ``SPECTUNE_FORCE=1``), vLLM's
-        functions are given back: the point of routing is the tuned configs. Logs one
-        line either way.
+        With no tuned config on the device measured faster than the installed vLLM's
+        own function (and no ``SPECTUNE_FORCE=1``), vLLM's functions are given back:
+        spectune routes only where it was shown to win. Logs one line either way.
 
         Returns:
             Whether the router routes from now on.
@@ -212,18 +213,23 @@ class SeamRouter:
         from spectune.vllm._configs import TunedConfigs
 
         configs = TunedConfigs.load(device, families=self.families)
-        if configs.usable == 0 and not forced():
+        versus = f"vLLM {configs.vllm_version or '(version unknown)'}"
+        if configs.faster == 0 and not configs.forced:
             self.uninstall()
-            logger.warning("%s; %d tuned configs usable here; nothing routed (%s=1 routes "
-                           "with default configs)", configs.describe(), configs.usable,
-                           ENV_FORCE)
+            logger.warning("%s; %d tuned configs usable here, none measured faster than "
+                           "%s; nothing routed (%s=1 routes with default configs)",
+                           configs.describe(), configs.usable, versus, ENV_FORCE)
             return False
         self.configure(configs, kernels=False)  # the first call takes them
         routed = self.runner + self._route_extras()
-        why = f" ({ENV_FORCE}=1)" if configs.usable == 0 else ""
-        logger.info("%s; %d tuned configs usable here%s; routed %s to spectune kernels "
-                    "(%s)%s", configs.describe(), configs.usable, why, routed,
-                    self._details(), self._companions_text())
+        if configs.forced:
+            where = f"every shape ({ENV_FORCE}=1)"
+        else:
+            where = "those shapes; the rest go to vLLM"
+        logger.info("%s; %d tuned configs usable here, %d faster than %s; routed %s to "
+                    "spectune kernels for %s (%s)%s", configs.describe(), configs.usable,
+                    configs.faster, versus, routed, where, self._details(),
+                    self._companions_text())
         return True
 
     def _companions_text(self) -> str:
@@ -296,6 +302,10 @@ class SeamRouter:
         try:
             inputs, config = prepare()
             out = self._launch(family, inputs, config)
+        except PassToVllm as passed:
+            # Not faster than vLLM here (or not shown to be): vLLM's own function.
+            self.stats.count_passed(passed.reason)
+            return fallback()
         except Exception as exc:
             self._fail(f"a routed call of {self.where} failed", exc)
             return fallback()
@@ -329,26 +339,48 @@ class SeamRouter:
         self, key: Hashable, problem_of: Callable[[], Problem], *,
         family: KernelFamily | None = None,
     ) -> dict[str, int]:
-        """Launch config of a shape ``key``: tuned when the database has one, else the
-        family's default. Asked once per shape (``problem_of`` builds its problem), then
-        cached. ``family``: another family than the router's (its folded variant)."""
+        """Launch config of a shape ``key``: the database row's, when that row says
+        spectune's config is faster than the installed vLLM's own function here.
+        Asked once per shape (``problem_of`` builds its problem), then cached.
+        ``family``: another family than the router's (its folded variant).
+
+        Raises:
+            PassToVllm: no such row; the call goes to vLLM, counted with the reason
+                (``no row``, ``vllm faster here``, ``not measured against vLLM``). With
+                ``SPECTUNE_FORCE=1`` every shape is routed instead: the row's config,
+                else the family's default.
+        """
         if family is not None:
             key = (family.name, key)
         config = self._shape_configs.get(key)
         if config is not None:
+            if isinstance(config, str):
+                raise PassToVllm(config)
             return config
         family, configs = family or self._family, self.configs
         assert family is not None and configs is not None
         problem = problem_of()
-        tuned = configs.lookup(family.name, problem)
-        if tuned is not None:
+        entry = configs.entry(family.name, problem)
+        if entry is not None and (configs.forced or configs.serves(entry)):
             self.stats.tuned_shapes += 1
-            config = dict(tuned)
-        else:
+            config = dict(entry.config)
+        elif configs.forced:
             self.stats.default_shapes += 1
             config = family.default_config(problem, configs.backend)
+        else:
+            reason = configs.why_vllm(entry)
+            self._shape_configs[key] = reason
+            raise PassToVllm(reason)
         self._shape_configs[key] = config
         return config
+
+
+class PassToVllm(Exception):  # a decision, not an error
+    """This call goes to vLLM's own function, for :attr:`reason` (counted)."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
 
 
 def router_of(function: Any) -> SeamRouter | None:

@@ -48,6 +48,7 @@ class Diagnosis:
         software: Triton, torch, runtime and spectune versions.
         database: Databases read and what they hold.
         usable: Tuned configs usable on this device.
+        faster: Of those, how many were measured faster than the installed vLLM.
         vllm_version: Installed vLLM version (``None`` when vLLM is not installed).
         vllm_supported: Whether that version is supported.
         would_route: Whether a worker would route its verification to spectune.
@@ -65,6 +66,7 @@ class Diagnosis:
     vllm_supported: bool
     would_route: bool
     runner: str = ""
+    faster: int = 0
     reasons: list[str] = field(default_factory=list)
 
 
@@ -99,14 +101,27 @@ def diagnose() -> Diagnosis:
     if identity.backend == CPU_BACKEND and not use_interpreter():
         route = False
         reasons.append("no GPU, and TRITON_INTERPRET is not set: Triton cannot run here")
+    versus = f"vLLM {version}" if version else "the installed vLLM"
     if configs.usable == 0:
         if forced():
             reasons.append(f"no tuned configs usable here; {ENV_FORCE}=1 routes with defaults")
         else:
             route = False
             reasons.append(f"no tuned configs usable here ({ENV_FORCE}=1 routes with defaults)")
+    elif configs.faster == 0 and not forced():
+        route = False
+        reasons.append(
+            f"{configs.usable} tuned configs usable here, none measured faster than "
+            f"{versus} (`spectune sweep` or `spectune nightly` measures them; "
+            f"{ENV_FORCE}=1 routes anyway)")
     else:
-        reasons.append(f"{configs.usable} tuned configs usable here")
+        reasons.append(
+            f"{configs.usable} tuned configs usable here, {configs.faster} measured faster "
+            f"than {versus}: only their shapes are routed; every other call goes to vLLM, "
+            "counted by reason (no row, vllm faster here, not measured against vLLM)"
+            if not forced() else
+            f"{configs.usable} tuned configs usable here; {ENV_FORCE}=1 routes every shape "
+            "(verdicts against vLLM ignored)")
     from spectune.vllm._mrv2_router import MRV2_KERNEL
     from spectune.vllm._v1_router import V1_KERNEL
 
@@ -136,6 +151,7 @@ def diagnose() -> Diagnosis:
         software=software.as_dict(),
         database=configs.description,
         usable=configs.usable,
+        faster=configs.faster,
         vllm_version=version,
         vllm_supported=supported,
         would_route=route,
@@ -218,6 +234,9 @@ def self_test() -> list[SelfTest]:
     from spectune.vllm._settings import RNG_VLLM
 
     configs = TunedConfigs.load()
+    # The self-test checks spectune's kernels against vLLM's tokens: every shape goes
+    # through them, whatever the rows' verdicts against vLLM.
+    configs.forced = True
     device = torch.device(torch_device(configs.backend))
     # vLLM's random numbers: the tokens are compared with vLLM's, seeded or not.
     router = new_router(rs, rng=RNG_VLLM)

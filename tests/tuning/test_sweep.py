@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
+import re
 
 import pytest
 from click.testing import CliRunner
@@ -23,6 +25,7 @@ from spectune.tuning.problems import (
 )
 from spectune.tuning.sweep import SweepOptions, run_item
 from spectune.tuning.trial import TrialRunner
+from spectune.vllm import installed_vllm_version
 from tests.tuning.toy_family import ToySumFamily
 
 if os.environ.get("TRITON_INTERPRET", "0") in ("", "0"):
@@ -115,9 +118,11 @@ def test_cli_sweep_real_kernel_tiny_shape(places) -> None:
 
 
 def test_cli_sweep_of_the_mrv2_family_writes_rows_db_show_lists(places) -> None:
-    """The MRV2 verification family, tuned end to end: the default's 1024-logit
-    resampling tile loops five times over V = 4099 (about 1.6x the best config's time
-    under the interpreter), so a row is written, keyed by the family."""
+    """The MRV2 verification family, tuned end to end and measured beside vLLM's own
+    MRV2 ``rejection_sample`` (both under the interpreter here): a row is written, keyed
+    by the family, with vLLM's p50, its version and the verdict, whichever config
+    serves (the study's best, or the default: the default's 1024-logit resampling tile
+    loops five times over V = 4099)."""
     runner = CliRunner()
     outputs = []
     # Interpreter timings on a shared host are noisy: should the promotion rule not be
@@ -141,6 +146,34 @@ def test_cli_sweep_of_the_mrv2_family_writes_rows_db_show_lists(places) -> None:
     family = FAMILIES["rejection_sample_mrv2"]
     assert rows[0]["kernel_hash"] == family.source_hash
     family.search_space("cpu-interpreter").validate(rows[0]["config"])
+    row = rows[0]
+    assert row["vs_vllm"] in ("faster", "not faster"), row
+    assert row["vllm_p50_us"] > 0 and row["vllm_version"] == installed_vllm_version()
+    # The sweep's table: vLLM's p50 over the serving config's, as measured side by side;
+    # db show's: over the row's tuned p50.
+    assert re.search(r"\d\.\d\dx +\d+\.\d\dx +\w", outputs[-1]), outputs[-1]
+    ratio = f"{row['vllm_p50_us'] / row['tuned_p50_us']:.2f}x"
+    shown = runner.invoke(main, ["db", "show", "--db", places["db"]])
+    assert ratio in shown.output, shown.output
+
+
+def test_sweep_records_not_measured_where_vllm_has_no_such_function(
+    toy_registered, places
+) -> None:
+    """A family vLLM has no function for: the verdict says so, and no row is written
+    for the default (nothing was measured against vLLM); --no-vs-vllm skips it."""
+    item = SweepItem(TOY.name, Problem(spec_len=2, batch=1, vocab=500))
+    options = SweepOptions(trials=3, db=places["db"], storage=places["storage"])
+    result = run_item(item, options=options)
+    assert result.vllm is not None and result.vllm.verdict == "not measured"
+    assert result.vllm.reason and TOY.name in result.vllm.reason, result.vllm
+    assert result.vs_vllm is None
+    rows = open_store(places["db"]).rows()
+    assert all(row.vllm.verdict == "not measured" for row in rows)
+    if result.promoted in ("not faster", "default is best"):
+        assert rows == []  # no default row without a measurement against vLLM
+    skipped = run_item(item, options=dataclasses.replace(options, vs_vllm=False))
+    assert skipped.vllm is None
 
 
 def test_sweep_items_are_keyed_as_the_plugin_looks_them_up() -> None:

@@ -10,7 +10,7 @@ import pytest
 from click.testing import CliRunner
 
 from spectune.cli import main
-from spectune.vllm import routed_calls
+from spectune.vllm import passed_calls, routed_calls
 from tests.vllm.conftest import needs_kernels
 
 pytestmark = [pytest.mark.vllm]
@@ -41,6 +41,7 @@ def doctor_json(*args: str) -> dict[str, Any]:
 def test_doctor_routes_when_forced_and_self_test_passes(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("SPECTUNE_FORCE", "1")
     before = routed_calls()  # this process's count (other tests may have routed calls)
+    passed_before = passed_calls()
     report = doctor_json()
     assert report["device"].startswith("cpu (cpu-interpreter")
     assert report["vllm_version"].startswith("0.32") and report["vllm_supported"]
@@ -54,7 +55,7 @@ def test_doctor_routes_when_forced_and_self_test_passes(monkeypatch: pytest.Monk
     assert "spectune's PyTorch reference" in mrv2["detail"]  # vLLM's MRV2 needs a GPU
     assert v1["routed"] == 4 and mrv2["routed"] == 4
     assert report["routed_calls"] - before == 8
-    assert report["passed_calls"] == {}
+    assert report["passed_calls"] == passed_before  # the self-test passed nothing
     text = doctor("--no-self-test")
     assert "plugin would route: yes" in text
     assert "model runner here: V1 (family rejection_sample)" in text

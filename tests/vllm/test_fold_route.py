@@ -54,7 +54,7 @@ CPU = torch.device("cpu")
 
 def no_tuned_configs() -> TunedConfigs:
     return TunedConfigs(device=detect_device(), lookup=lambda kernel, problem: None,
-                        description="none", usable=0)
+                        description="none", usable=0, forced=True)
 
 
 # --------------------------------------------------------------------------------------

@@ -69,7 +69,7 @@ def router(seam: None) -> Iterator[Mrv2Router]:
     router = Mrv2Router(mrv2_rs)
     router.install()
     router.configure(TunedConfigs(device=detect_device(), lookup=lambda kernel, problem: None,
-                                  description="none", usable=0))
+                                  description="none", usable=0, forced=True))
     yield router
     router.uninstall()
 

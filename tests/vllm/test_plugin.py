@@ -27,14 +27,15 @@ from vllm.v1.sample import rejection_sampler as rs
 from vllm.v1.worker.gpu.spec_decode import rejection_sampler as mrv2_rs
 
 import spectune.vllm
-from spectune.db import TunedRow, open_store
+from spectune.db import TunedRow, VllmComparison, open_store
 from spectune.identity import detect_device, detect_software
 from spectune.kernels import get_family
 from spectune.promotion import Timing
 from spectune.space import Problem
 from spectune.vllm import _hook as hook
 from spectune.vllm._configs import TunedConfigs
-from spectune.vllm._settings import vllm_supported
+from spectune.vllm._router import PassToVllm
+from spectune.vllm._settings import installed_vllm_version, vllm_supported
 from spectune.vllm._v1_router import expand_kernel
 from tests.vllm.conftest import needs_kernels, plugin_records
 from tests.vllm.test_route import call, inputs_of, make_batch
@@ -284,7 +285,8 @@ def test_worker_routes_after_the_platform_overrides(
     assert spectune.vllm.routed_calls() == before + 1
     info = messages(plugin_log, logging.INFO)
     assert info and "routed vLLM V1 rejection sampling and the CPU expand step" in info[-1]
-    assert "0 tuned configs usable here (SPECTUNE_FORCE=1)" in info[-1]
+    assert "0 tuned configs usable here, 0 faster than vLLM" in info[-1]
+    assert "for every shape (SPECTUNE_FORCE=1)" in info[-1]
     assert "device cpu (cpu-interpreter" in info[-1]
 
 
@@ -413,13 +415,21 @@ def test_no_tuned_configs_means_one_warning_and_vllm_unchanged(
 _TUNED = {"BLOCK_V": 256, "SPLITS": 2, "num_warps": 1, "num_stages": 1}
 
 
-def _row(problem: Problem, *, kernel_hash: str | None = None) -> TunedRow:
+def _row(problem: Problem, *, kernel_hash: str | None = None, vs_vllm: str = "faster",
+         vllm_version: str | None = None) -> TunedRow:
+    """A row of ``problem`` whose config was (nominally) measured ``vs_vllm`` against the
+    installed vLLM (or ``vllm_version``)."""
     family = get_family("rejection_sample")
+    if vs_vllm == "not measured":
+        comparison = VllmComparison(reason="vLLM is not installed")
+    else:
+        comparison = VllmComparison(verdict=vs_vllm, p50_us=15.0 if vs_vllm == "faster" else 5.0,
+                                    version=vllm_version or installed_vllm_version())
     return TunedRow(
         device=detect_device(), software=detect_software(), kernel=family.name,
         kernel_hash=kernel_hash or family.source_hash, problem=problem, config=dict(_TUNED),
         tuned=Timing(9.0, 10.0, 11.0), default=Timing(18.0, 20.0, 22.0), trials=10,
-        tuning_seconds=1.0, host="test", study="test",
+        tuning_seconds=1.0, host="test", study="test", vllm=comparison,
     )
 
 
@@ -444,14 +454,88 @@ def test_tuned_config_from_spectune_db_is_used(
     batch = make_batch([3, 1, 3], 300, seed=4, draft_probs=False)
     assert router.config_for(inputs_of(router, batch)) == _TUNED
     with_dp = make_batch([3, 1, 3], 300, seed=4, draft_probs=True)
-    assert router.config_for(inputs_of(router, with_dp)) != _TUNED  # other problem
+    with pytest.raises(PassToVllm, match="no row"):  # another problem: vLLM's
+        inputs_of(router, with_dp)
     out, _ = call(rs.rejection_sample, batch, [1.0, 1.0, 0.0], [0, 1])
     expected, _ = call(router.original, batch, [1.0, 1.0, 0.0], [0, 1])
     assert out.tolist() == expected.tolist()
-    assert router.stats.tuned_shapes == 1
+    assert router.stats.tuned_shapes == 1 and router.stats.routed == 1
     info = messages(plugin_log, logging.INFO)
-    assert len(info) == 1 and "1 tuned configs usable here; routed" in info[0]
+    assert len(info) == 1 and "1 tuned configs usable here, 1 faster than vLLM" in info[0]
     assert str(db) in info[0]
+
+
+@needs_kernels
+def test_only_shapes_faster_than_vllm_are_routed_the_rest_counted(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, spec_config: Any, worker_state: None,
+    plugin_log: list[logging.LogRecord],
+) -> None:
+    """One shape per verdict, on vLLM's own module function: routed only where its row
+    says spectune was faster under the installed vLLM; every other call is vLLM's,
+    counted by reason; the tokens are vLLM's either way."""
+    def shape(batch: int) -> Problem:
+        return Problem(spec_len=3, batch=batch, vocab=300, draft_probs=False)
+
+    rows = {  # request count -> the row of its shape (bucket) and what the call does
+        1: (_row(shape(1)), "routed"),
+        2: (_row(shape(2), vs_vllm="not faster"), "vllm faster here"),
+        4: (_row(shape(4), vs_vllm="not measured"), "not measured against vLLM"),
+        # Measured under another vLLM: stale until `spectune nightly` measures it again.
+        8: (_row(shape(8), vllm_version="0.31.0"), "not measured against vLLM"),
+        16: (None, "no row"),
+    }
+    db = _database(tmp_path / "tuned.db", [row for row, _ in rows.values() if row])
+    monkeypatch.setenv("SPECTUNE_DB", str(db))
+    hook.on_worker_init(spec_config)
+    router = hook.STATE.router
+    assert router is not None and router.installed
+    expected_passed: dict[str, int] = {}
+    for requests, (_, outcome) in rows.items():
+        batch = make_batch([3] * requests, 300, seed=requests, draft_probs=False)
+        for _ in range(2):  # the second call takes the per-shape decision cached
+            out, _ = call(rs.rejection_sample, batch, [0.0] * requests, [])
+            vllm_out, _ = call(router.original, batch, [0.0] * requests, [])
+            assert out.tolist() == vllm_out.tolist()
+            if outcome != "routed":
+                expected_passed[outcome] = expected_passed.get(outcome, 0) + 1
+    assert router.stats.routed == 2
+    assert router.stats.passed_reasons == expected_passed
+    assert spectune.vllm.passed_calls() == expected_passed
+    info = messages(plugin_log, logging.INFO)
+    assert len(info) == 1 and "4 tuned configs usable here, 1 faster than vLLM" in info[0]
+
+
+@needs_kernels
+def test_rows_none_faster_than_vllm_route_nothing(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, spec_config: Any, worker_state: None,
+    plugin_log: list[logging.LogRecord],
+) -> None:
+    problem = Problem(spec_len=3, batch=4, vocab=300)
+    db = _database(tmp_path / "tuned.db", [_row(problem, vs_vllm="not faster")])
+    monkeypatch.setenv("SPECTUNE_DB", str(db))
+    original = rs.rejection_sample
+    hook.on_worker_init(spec_config)
+    assert rs.rejection_sample is original
+    warnings = messages(plugin_log, logging.WARNING)
+    assert len(warnings) == 1 and "none measured faster than vLLM" in warnings[0], warnings
+    assert "nothing routed" in warnings[0]
+
+
+@needs_kernels
+def test_force_routes_every_shape_whatever_the_verdicts(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, spec_config: Any, worker_state: None,
+) -> None:
+    problem = Problem(spec_len=3, batch=4, vocab=300, dtype="float32", draft_probs=False)
+    db = _database(tmp_path / "tuned.db", [_row(problem, vs_vllm="not faster")])
+    monkeypatch.setenv("SPECTUNE_DB", str(db))
+    monkeypatch.setenv("SPECTUNE_FORCE", "1")
+    hook.on_worker_init(spec_config)
+    router = hook.STATE.router
+    assert router is not None and router.installed
+    batch = make_batch([3, 1, 3], 300, seed=4, draft_probs=False)
+    assert router.config_for(inputs_of(router, batch)) == _TUNED  # the row's config
+    with_dp = make_batch([3, 1, 3], 300, seed=4, draft_probs=True)
+    assert router.config_for(inputs_of(router, with_dp)) != _TUNED  # the default
 
 
 @needs_kernels
@@ -497,7 +581,7 @@ def test_worker_loads_the_rows_of_the_families_it_routes_only(
     assert router.configs.lookup(mrv2.name, problem) is None
     info = messages(plugin_log, logging.INFO)
     assert len(info) == 1 and "(2 rows, 1 usable here, 1 used)" in info[0], info
-    assert "1 tuned configs usable here; routed" in info[0]
+    assert "1 tuned configs usable here, 1 faster than vLLM" in info[0]
 
 
 def test_load_configs_without_databases() -> None:

@@ -48,7 +48,7 @@ def _cpu_fallbacks() -> None:
 def configs(lookup: Lookup | None = None) -> TunedConfigs:
     """Configs of this device from ``lookup`` (none tuned when ``None``), no database."""
     return TunedConfigs(device=detect_device(), lookup=lookup or (lambda kernel, problem: None),
-                        description="(test)", usable=0)
+                        description="(test)", usable=0, forced=True)
 
 
 @pytest.fixture

@@ -57,7 +57,7 @@ def plugin_log() -> Iterator[list[logging.LogRecord]]:
 
 
 NO_TUNING = TunedConfigs(device=detect_device(), lookup=lambda kernel, problem: None,
-                         description="none", usable=0)
+                         description="none", usable=0, forced=True)
 
 
 @pytest.mark.parametrize("seams", [V1_SAMPLING_SEAMS, MRV2_SAMPLING_SEAMS], ids=["v1", "mrv2"])

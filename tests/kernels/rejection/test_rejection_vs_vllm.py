@@ -847,7 +847,7 @@ def test_v1_router_takes_033_calls(fly: bool, triton_source: TritonSource) -> No
                                 "fly_entropy_top_k": 3}
     router = Router(triton_source)
     router.configure(TunedConfigs(device=detect_device(), lookup=lambda kernel, problem: None,
-                                  description="(test)", usable=0))
+                                  description="(test)", usable=0, forced=True))
     results = []
     for function in (triton_source.rejection_sample, router.rejection_sample):
         torch.manual_seed(99)

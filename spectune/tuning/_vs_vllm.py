@@ -1,0 +1,117 @@
+"""vLLM as the incumbent: the config that serves a shape, measured beside vLLM's own function.
+
+A tuned config is worth serving only where it beats the function it replaces in the
+installed vLLM, on this device. After a study has decided which config serves its shape
+(the database's row, else the family's default), :func:`compare_with_vllm` runs vLLM's
+own function on the same inputs (:func:`spectune.vllm.vllm_incumbent`), checks that both
+return the same tokens, and measures the two side by side in alternating rounds under the
+promotion rule (:func:`spectune.promotion.decide_side_by_side`): the verdict is "faster"
+only when spectune's config wins by the rule, "not faster" otherwise. Where vLLM cannot
+be measured (not installed, no vLLM function for the family, vLLM's function raised or
+returned other tokens) the verdict is "not measured", with the reason; nothing here ever
+stops a sweep.
+
+Under the CPU interpreter both sides are interpreter times: a verdict measured there says
+which runs faster under the interpreter, nothing about a GPU, and is labelled by the
+row's device (``cpu-interpreter``).
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from spectune.messages import one_line
+from spectune.promotion import Timing, decide_side_by_side
+
+if TYPE_CHECKING:
+    from spectune.db import VllmComparison
+    from spectune.kernels import KernelFamily
+
+__all__ = ["VsVllm", "compare_with_vllm", "vllm_unavailable"]
+
+logger = logging.getLogger("spectune.tuning")
+
+
+@dataclass(frozen=True)
+class VsVllm:
+    """One side-by-side measurement of a config against vLLM's own function.
+
+    Attributes:
+        comparison: What the row records (verdict, vLLM's p50, its version, the reason).
+        ours: The config's timing over the rounds (``None`` when not measured).
+    """
+
+    comparison: VllmComparison
+    ours: Timing | None = None
+
+
+@functools.cache
+def vllm_unavailable() -> str | None:
+    """Why no vLLM function can be measured in this process (``None``: vLLM imports).
+
+    Read once per process: a sweep says it once, not once per shape.
+    """
+    from spectune.vllm import installed_vllm_version
+
+    if installed_vllm_version() is None:
+        return "vLLM is not installed"
+    return None
+
+
+def compare_with_vllm(
+    *,
+    family: KernelFamily,
+    inputs: Any,
+    config: dict[str, int],
+    timer: Callable[[Callable[[], Any]], Timing],
+) -> VsVllm:
+    """Measure ``config`` of ``family`` beside the installed vLLM's own function.
+
+    Args:
+        family: The kernel family.
+        inputs: The family's inputs (the study's), on the device.
+        config: The config that serves the shape.
+        timer: Times a callable (the study's: wall time under the interpreter, do_bench
+            on a GPU).
+
+    Returns:
+        The comparison to record; never raises for what vLLM does.
+    """
+    from spectune.db import VllmComparison
+    from spectune.vllm import IncumbentUnavailable, vllm_incumbent
+
+    missing = vllm_unavailable()
+    if missing is not None:
+        return VsVllm(VllmComparison(verdict="not measured", reason=missing))
+    try:
+        incumbent = vllm_incumbent(family.name, inputs)
+    except IncumbentUnavailable as exc:
+        return VsVllm(VllmComparison(verdict="not measured", reason=one_line(exc)))
+
+    def not_measured(reason: str) -> VsVllm:
+        return VsVllm(VllmComparison(verdict="not measured", version=incumbent.vllm_version,
+                                     reason=reason))
+
+    try:
+        theirs = incumbent.run()
+    except Exception as exc:  # vLLM's own function failing is a finding, not a crash
+        logger.warning("spectune: vLLM's %s raised on %s: %s", incumbent.function,
+                       family.name, one_line(exc))
+        return not_measured(f"vLLM's function raised: {one_line(exc)}")
+    ours = family.launch(inputs, config)
+    if not incumbent.agrees(ours, theirs):
+        return not_measured("vLLM returned different tokens")
+    try:
+        decision = decide_side_by_side(lambda: timer(lambda: family.launch(inputs, config)),
+                                       lambda: timer(incumbent.run))
+    except Exception as exc:
+        return not_measured(f"vLLM's function raised: {one_line(exc)}")
+    return VsVllm(
+        VllmComparison(verdict="faster" if decision.faster else "not faster",
+                       p50_us=decision.incumbent.p50, version=incumbent.vllm_version),
+        ours=decision.candidate,
+    )
