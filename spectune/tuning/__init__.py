@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from spectune.tuning._isolated import IsolatedRunner, TrialWorkerLost, WorkerStartError
 from spectune.tuning._job import JobError, NightlyJob, ShapeGroup, load_job, parse_duration
+from spectune.tuning._vs_vllm import VsVllm, compare_with_vllm
 
 __all__ = [
     "IsolatedRunner",
@@ -20,7 +21,9 @@ __all__ = [
     "NightlyJob",
     "ShapeGroup",
     "TrialWorkerLost",
+    "VsVllm",
     "WorkerStartError",
+    "compare_with_vllm",
     "load_job",
     "parse_duration",
 ]

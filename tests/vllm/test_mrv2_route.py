@@ -18,8 +18,10 @@ the routing of ``_verify``'s call, runs entirely in vLLM's and spectune's real c
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
@@ -29,7 +31,13 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from vllm.v1.worker.gpu.spec_decode import rejection_sampler as mrv2_rs
 
-from spectune.identity import detect_device
+from spectune.db import TunedRow, open_store
+from spectune.identity import detect_device, detect_software
+from spectune.kernels import get_family
+from spectune.space import Problem
+from spectune.tuning import compare_with_vllm
+from spectune.tuning.trial import wall_time
+from spectune.vllm import installed_vllm_version
 from spectune.vllm._configs import TunedConfigs
 from spectune.vllm._mrv2_router import Mrv2Router
 from tests.kernels.vllm_mrv2 import load_vllm_mrv2
@@ -311,3 +319,64 @@ def test_a_routed_call_reads_no_tensor_contents_on_the_host(router: Mrv2Router) 
     with recorder:
         rejection_sample_mrv2(*call, validate=True)
     assert "_local_scalar_dense" in recorder.seen
+
+
+# Launch configs of the MRV2 family that are, under the interpreter, far from vLLM's own
+# MRV2 kernels either way: the whole vocabulary in one 16384-logit block per program
+# runs in about 0.6x vLLM's time at k = 3, B = 1, V = 16384 (measured here: 228 vs 405 ms);
+# 256-logit tiles with 16 splits several times slower than vLLM's at V = 300.
+FAST = {"BLOCK_V": 16384, "BLOCK_R": 16384, "SPLITS": 1, "num_warps": 1, "num_stages": 4}
+SLOW = {"BLOCK_V": 256, "BLOCK_R": 256, "SPLITS": 16, "num_warps": 1, "num_stages": 2}
+
+
+@needs_kernels
+def test_routed_where_measured_faster_than_vllm_passed_where_slower(
+    seam: None, vllm_mrv2: Callable[..., Any], tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The verdicts measured against vLLM's own MRV2 kernels (side by side, tokens
+    checked) decide, on a real ``RejectionSampler``: the fast config's shape is routed,
+    the slow config's goes to vLLM, counted; the tokens are vLLM's either way."""
+    family = get_family("rejection_sample_mrv2")
+    device, software = detect_device(), detect_software()
+    shapes = {"fast": ([4], 16384, FAST), "slow": ([2, 4], 300, SLOW)}
+    rows = []
+    for name, (counts, vocab, config) in shapes.items():
+        problem = Problem(spec_len=K, batch=len(counts), vocab=vocab, draft_probs=True)
+        measured = compare_with_vllm(family=family, inputs=family.make_inputs(problem, seed=1),
+                                     config=config, timer=functools.partial(wall_time, repeats=3))
+        expected = "faster" if name == "fast" else "not faster"
+        assert measured.comparison.verdict == expected, (name, measured)
+        assert measured.comparison.version == installed_vllm_version()
+        rows.append(TunedRow(
+            device=device, software=software, kernel=family.name,
+            kernel_hash=family.source_hash, problem=problem, config=config,
+            tuned=measured.ours, default=measured.ours, trials=1, tuning_seconds=1.0,
+            host="test", study="test", vllm=measured.comparison,
+        ))
+    db = tmp_path / "tuned.db"
+    with open_store(db) as store:
+        store.record_many(rows)
+    monkeypatch.setenv("SPECTUNE_DB", str(db))
+    monkeypatch.setenv("SPECTUNE_USER_DB", str(tmp_path / "absent" / "user.db"))
+    monkeypatch.delenv("SPECTUNE_FORCE", raising=False)
+    router = Mrv2Router(mrv2_rs)
+    router.install()
+    try:
+        configs = TunedConfigs.load(families=[family.name])
+        assert (configs.usable, configs.faster) == (2, 1)
+        router.configure(configs)
+        sampler = rejection_sampler(TEMPERATURES)
+        for counts, vocab, _ in shapes.values():
+            args = batch(counts, vocab, seed=3)
+            with_router = verify(sampler, args, draft=True)
+            mrv2_rs.rejection_sample = vllm_mrv2
+            try:
+                without = verify(sampler, args, draft=True)
+            finally:
+                router.install()
+            assert with_router == without
+        assert router.stats.routed == 1
+        assert router.stats.passed_reasons == {"vllm faster here": 1}
+    finally:
+        router.uninstall()
