@@ -49,15 +49,19 @@ class VsVllm:
     ours: Timing | None = None
 
 
+def _installed() -> str | None:
+    from spectune.vllm import installed_vllm_version
+
+    return installed_vllm_version()
+
+
 @functools.cache
 def vllm_unavailable() -> str | None:
     """Why no vLLM function can be measured in this process (``None``: vLLM imports).
 
     Read once per process: a sweep says it once, not once per shape.
     """
-    from spectune.vllm import installed_vllm_version
-
-    if installed_vllm_version() is None:
+    if _installed() is None:
         return "vLLM is not installed"
     return None
 
@@ -90,7 +94,9 @@ def compare_with_vllm(
     try:
         incumbent = vllm_incumbent(family.name, inputs)
     except IncumbentUnavailable as exc:
-        return VsVllm(VllmComparison(verdict="not measured", reason=one_line(exc)))
+        # Tried under this vLLM (so a nightly run does not try again until it changes).
+        return VsVllm(VllmComparison(verdict="not measured", version=_installed(),
+                                     reason=one_line(exc)))
 
     def not_measured(reason: str) -> VsVllm:
         return VsVllm(VllmComparison(verdict="not measured", version=incumbent.vllm_version,

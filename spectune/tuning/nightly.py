@@ -15,6 +15,11 @@ For each database of a job (:class:`~spectune.tuning._job.NightlyJob`), on this 
      when it is no longer faster than the default by the promotion rule, or slower than
      its recorded p50 by more than the measured noise (:func:`slowdown`); **broken**
      when it no longer gives the exact result. Either queues a re-tune for the same night.
+     A row whose verdict against vLLM was not measured under the installed vLLM (a vLLM
+     upgrade makes every verdict stale) is re-checked even when the job does not
+     re-check, and its config measured again beside vLLM's own function
+     (:func:`spectune.tuning.compare_with_vllm`); the plugin routes its shape only once
+     that says faster.
 
    Work is ordered missing and stale first, then regressions, then re-checks, oldest
    re-check first (so a night cut short is continued by the next one);
@@ -209,12 +214,14 @@ def plan_night(
                 row=current, study_suffix=f"~retune-{open_problem.finished_at:%Y%m%d%H%M%S}",
             ))
             continue
-        if job.recheck:
+        versus = _vllm_verdict_stale(current)
+        if job.recheck or versus:
             since = current.tuned_at
             if last is not None and last.finished_at is not None and last.finished_at > since:
                 since = last.finished_at
+            reason = f"recheck: last measured {since:%Y-%m-%d %H:%M} UTC"
             work.append(Work("recheck", item, "recheck",
-                             f"recheck: last measured {since:%Y-%m-%d %H:%M} UTC", group,
+                             f"{reason}; {versus}" if versus else reason, group,
                              row=current, since=since))
     # Stable: within a rank, the job's order; re-checks oldest first.
     return sorted(work, key=lambda w: (w.rank, w.since.timestamp() if w.since else 0.0))
@@ -317,7 +324,7 @@ def _do(
     try:
         if work.action == "recheck":
             assert work.row is not None
-            outcome = _recheck(work, device=device, seed=job.seed)
+            outcome = _recheck(work, device=device, seed=job.seed, store=store)
         else:
             outcome = _tune(work, job=job, database=database, storage=storage,
                             device=device, software=software, left=left, isolate=isolate)
@@ -354,8 +361,10 @@ def _tune(
                 recorded_p50=None if work.row is None else work.row.tuned.p50)
 
 
-def _recheck(work: Work, *, device: DeviceIdentity, seed: int) -> dict[str, Any]:
-    """Gate the tuned config, then time it against the default side by side."""
+def _recheck(work: Work, *, device: DeviceIdentity, seed: int, store: Store | None = None
+             ) -> dict[str, Any]:
+    """Gate the tuned config, then time it against the default side by side; measure it
+    again beside vLLM's own function when its verdict is stale (recorded in ``store``)."""
     from spectune.kernels import get_family
     from spectune.search import Status
     from spectune.tuning.trial import TrialRunner
@@ -373,6 +382,14 @@ def _recheck(work: Work, *, device: DeviceIdentity, seed: int) -> dict[str, Any]
         return dict(base, verdict="broken",
                     message=f"tuned config {gate.status.value}: {gate.message}")
 
+    if config == default:
+        # A row holding the default (the verdict against vLLM of a shape no tuned config
+        # beat): nothing to compare it with but vLLM.
+        message = "the default config serves this shape"
+        if store is not None and _vllm_verdict_stale(row):
+            message += "; " + _measure_against_vllm(row, store=store, runner=runner)
+        return dict(base, verdict="ok", message=message)
+
     def timer(c: dict[str, int]) -> Callable[[], Timing]:
         return lambda: runner.timer(lambda: family.launch(runner.inputs, c))
 
@@ -387,9 +404,43 @@ def _recheck(work: Work, *, device: DeviceIdentity, seed: int) -> dict[str, Any]
     if problems:
         return dict(base, verdict="regressed",
                     message="; ".join(problems) + " (in two measurements)")
-    return dict(base, verdict="ok",
-                message=f"{decision.incumbent.p50 / decision.candidate.p50:.2f}x over the "
-                        f"default ({decision.rounds} rounds)")
+    message = (f"{decision.incumbent.p50 / decision.candidate.p50:.2f}x over the default "
+               f"({decision.rounds} rounds)")
+    if store is not None and _vllm_verdict_stale(row):
+        message += "; " + _measure_against_vllm(row, store=store, runner=runner)
+    return dict(base, verdict="ok", message=message)
+
+
+def _vllm_verdict_stale(row: TunedRow) -> str:
+    """Why ``row``'s verdict against vLLM needs measuring (empty: it does not): never
+    measured, or measured under another vLLM than the installed one. Nothing is stale
+    without vLLM installed (nothing to measure it against)."""
+    from spectune.vllm import installed_vllm_version
+
+    installed = installed_vllm_version()
+    if installed is None:
+        return ""
+    measured = row.vllm
+    if measured.version == installed:
+        return ""  # measured, or tried and found not measurable, under this vLLM
+    if measured.version is None:
+        return f"not measured against vLLM {installed}"
+    return f"measured against vLLM {measured.version}, now {installed}"
+
+
+def _measure_against_vllm(row: TunedRow, *, store: Store, runner: Any) -> str:
+    """Measure ``row``'s config beside vLLM's own function, record it; what it found."""
+    from spectune.kernels import get_family
+    from spectune.tuning._vs_vllm import compare_with_vllm
+
+    measured = compare_with_vllm(family=get_family(row.kernel), inputs=runner.inputs,
+                                 config=dict(row.config), timer=runner.timer)
+    comparison = measured.comparison
+    store.set_vllm_comparison(row.key, comparison)
+    if comparison.p50_us is not None and measured.ours is not None:
+        ratio = comparison.p50_us / measured.ours.p50
+        return f"vs vLLM {comparison.version}: {comparison.verdict} ({ratio:.2f}x)"
+    return f"vs vLLM: not measured ({comparison.reason})"
 
 
 def _regressions(row: TunedRow, decision: SideBySide) -> list[str]:

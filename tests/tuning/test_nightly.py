@@ -354,3 +354,51 @@ def test_a_shape_the_default_won_is_not_tuned_again_on_the_same_system(night: Pa
         plan = plan_night(job, store=store, device=device, software=software,
                           driver="amdgpu 6.8.5")
         assert [w.item.problem.spec_len for w in plan] == [1, 2]
+
+
+def test_a_vllm_upgrade_makes_verdicts_stale_and_a_night_measures_them_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A row measured against another vLLM is re-checked even by a job that does not
+    re-check, and its config measured again beside the installed vLLM's own MRV2
+    ``rejection_sample``; the verdict is then the installed vLLM's."""
+    from spectune.db import VllmComparison
+    from spectune.kernels import get_family
+    from spectune.vllm import installed_vllm_version
+
+    monkeypatch.setenv("SPECTUNE_USER_DB", str(tmp_path / "user.db"))
+    monkeypatch.delenv("SPECTUNE_DB", raising=False)
+    family = get_family("rejection_sample_mrv2")
+    device, software = detect_device(), detect_software()
+    problem = Problem(spec_len=1, batch=1, vocab=300, dtype="float32", draft_probs=True)
+    row = TunedRow(
+        device=device, software=software, kernel=family.name,
+        kernel_hash=family.source_hash, problem=problem,
+        config=family.default_config(problem, device.backend),
+        tuned=Timing(9.0, 10.0, 11.0), default=Timing(9.0, 10.0, 11.0), trials=1,
+        tuning_seconds=1.0, host="planted", study="planted",
+        vllm=VllmComparison(verdict="faster", p50_us=20.0, version="0.31.0"),
+    )
+    db = tmp_path / "configs.db"
+    with open_store(db) as store:
+        store.record(row)
+    job_path = tmp_path / "job.toml"
+    job_path.write_text(
+        f'name = "upgrade"\ndatabases = ["{db}"]\nbudget = "10m"\nrecheck = false\n'
+        "[[shapes]]\nkernels = ['rejection_sample_mrv2']\nspec_lens = [1]\n"
+        "batch_sizes = [1]\nvocab_sizes = [300]\ntrials = 2\n")
+    job = load_job(job_path)
+    installed = installed_vllm_version()
+    with open_store(db) as store:
+        planned = plan_night(job, store=store, device=device, software=software, driver="")
+    assert [(w.action, w.reason.split("; ")[-1]) for w in planned] == [
+        ("recheck", f"measured against vLLM 0.31.0, now {installed}")]
+    report = run_night(job, database=str(db), storage=str(tmp_path / "s.journal"),
+                       device=device, software=software, driver="")
+    (result,) = report.results
+    assert result.verdict == "ok" and f"vs vLLM {installed}" in result.message, result
+    (after,) = open_store(db).rows()
+    assert after.vllm.version == installed and after.vllm.verdict in ("faster", "not faster")
+    assert after.vllm.p50_us is not None and after.vllm.p50_us != 20.0
+    with open_store(db) as store:  # measured under this vLLM: nothing to do now
+        assert plan_night(job, store=store, device=device, software=software, driver="") == []
