@@ -85,7 +85,8 @@ class Field:
         key: Part of the row's key (one row per key in a database).
         size: Longest string (``name`` and ``text``): the column's length.
         choices: The only values a ``name`` may take.
-        minimum: Smallest value of an ``int``.
+        minimum: Smallest value of an ``int``. A ``float`` of a part given ``0`` may be
+            zero (a memory figure); other floats of a part are durations, never zero.
         provenance: Also a field of each history entry (who measured what, when).
         derived: Computed from other fields (stored so it can be sorted on).
         nullable: May be NULL in the table (added by a later schema revision); a
@@ -163,7 +164,7 @@ class Field:
                 raise ValueError(f"{self.name} must be a bool, got {value!r}")
         elif self.kind == "float" and not self.derived:
             value = number(self.name, value)
-            if self.owner is not None:  # a timing's percentile: a duration, never zero
+            if self.owner is not None and self.minimum is None:  # a duration, never zero
                 if not math.isfinite(value) or value <= 0:
                     raise ValueError(f"{self.name} must be finite and positive, got {value!r}")
             elif not math.isfinite(value) or value < 0:
@@ -310,6 +311,11 @@ ROW_FIELDS: tuple[Field, ...] = (
     Field("vllm_p50_us", "float", "vllm.p50_us", nullable=True, since="0004"),
     _name("vllm_version", "vllm.version", nullable=True, since="0004"),
     Field("vllm_reason", "text", "vllm.reason", size=TEXT_MAX, nullable=True, since="0004"),
+    # Peak device memory of one call, MiB, of vLLM's function and of the config, measured
+    # in the same comparison on a GPU (NULL under the CPU interpreter).
+    Field("vllm_peak_mib", "float", "vllm.peak_mib", minimum=0, nullable=True, since="0004"),
+    Field("tuned_peak_mib", "float", "vllm.tuned_peak_mib", minimum=0, nullable=True,
+          since="0004"),
 )  # fmt: skip
 
 #: Every field's name, in order: the keys of a row's JSON object, the CSV header.

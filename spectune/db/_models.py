@@ -138,3 +138,9 @@ class NightlyResultRecord(Base):
     seconds = mapped_column(Float, nullable=False)
     message = _name(1024)
     finished_at = mapped_column(UTCDateTime, nullable=False)
+    # Revision 0004: the comparison with vLLM's own function the night measured or found
+    # recorded (NULL in results of earlier nights, and where there was none).
+    vs_vllm = _name(16, nullable=True)
+    vllm_p50_us = mapped_column(Float, nullable=True)
+    vllm_version = _name(nullable=True)
+    served_p50_us = mapped_column(Float, nullable=True)

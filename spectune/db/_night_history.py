@@ -5,7 +5,8 @@
 short keeps what it finished), and closes the run with its status. Reports and the next
 night read it back (:func:`nights`, :func:`night_results`): which rows were re-checked
 longest ago, which regressions are still open, how each shape's speedup moved across
-nights. Tables of schema revision 0003; written and read through SQLAlchemy, as only
+nights, how each shape compared with vLLM's own function. Tables of schema revision
+0003 (0004 added the comparison with vLLM); written and read through SQLAlchemy, as only
 the tuner uses them (serving never does).
 """
 
@@ -17,6 +18,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from spectune.db._fields import VS_VLLM_VERDICTS
 from spectune.db._row import utc_now
 from spectune.db.errors import DatabaseError
 from spectune.identity import DeviceIdentity, SoftwareIdentity
@@ -86,6 +88,13 @@ class NightlyResult:
         evaluations_to_best: At which evaluation the study found its best (tunes).
         seconds: Wall time spent on the shape.
         message: Details for a person (the failure, what was compared).
+        vs_vllm: The verdict against vLLM's own function (one of
+            :data:`spectune.db.VS_VLLM_VERDICTS`) of the config serving the shape after
+            the work: measured tonight, or the row's recorded one; ``None`` when there is
+            none (vLLM not installed, the work failed, a night before revision 0004).
+        vllm_p50: vLLM's function's median in that comparison, µs.
+        vllm_version: The vLLM version it was measured under.
+        served_p50: The serving config's median in the same comparison, µs.
         run_id: The night it belongs to (set when read back).
         finished_at: When it was recorded.
     """
@@ -104,12 +113,27 @@ class NightlyResult:
     evaluations_to_best: int | None = None
     seconds: float = 0.0
     message: str = ""
+    vs_vllm: str | None = None
+    vllm_p50: float | None = None
+    vllm_version: str | None = None
+    served_p50: float | None = None
     run_id: int | None = None
     finished_at: datetime | None = None
 
     def __post_init__(self) -> None:
         if self.action not in ACTIONS:
             raise ValueError(f"action must be one of {ACTIONS}, got {self.action!r}")
+        if self.vs_vllm is not None and self.vs_vllm not in VS_VLLM_VERDICTS:
+            raise ValueError(f"vs_vllm must be one of {VS_VLLM_VERDICTS} or None, "
+                             f"got {self.vs_vllm!r}")
+
+    @property
+    def vs_vllm_ratio(self) -> float | None:
+        """vLLM's median over the serving config's (above 1: spectune is faster), when
+        both were measured side by side."""
+        if self.vllm_p50 is None or self.served_p50 is None or self.served_p50 <= 0:
+            return None
+        return self.vllm_p50 / self.served_p50
 
     @property
     def speedup(self) -> float | None:
@@ -158,6 +182,9 @@ def record_result(store: Store, run_id: int, result: NightlyResult) -> None:
         recorded_p50_us=_finite(result.recorded_p50), evaluations=result.evaluations,
         evaluations_to_best=result.evaluations_to_best, seconds=float(result.seconds),
         message=_cut(result.message), finished_at=result.finished_at or utc_now(),
+        vs_vllm=result.vs_vllm, vllm_p50_us=_finite(result.vllm_p50),
+        vllm_version=None if result.vllm_version is None else _cut(result.vllm_version, 128),
+        served_p50_us=_finite(result.served_p50),
     )
     for prefix, timing in (("tuned", result.tuned), ("default", result.default)):
         for q in ("p20", "p50", "p80"):
@@ -212,23 +239,35 @@ def night_results(
 
     from spectune.db._models import NightlyResultRecord, NightlyRunRecord
 
-    query = select(NightlyResultRecord).order_by(NightlyResultRecord.id)
+    table = NightlyResultRecord.__table__
+    names = list(table.c.keys())
+    if store.readonly:
+        # A read-only store is not upgraded: one of revision 0003 lacks the columns 0004
+        # added (they read as None), one older has no history at all.
+        present = _history_columns(store)
+        if not present:
+            return []
+        names = [n for n in names if n in present]
+    query = select(*(table.c[n] for n in names)).order_by(table.c.id)
     if run_ids is not None:
-        query = query.where(NightlyResultRecord.run_id.in_(list(run_ids)))
+        query = query.where(table.c.run_id.in_(list(run_ids)))
     if device is not None:
         runs = select(NightlyRunRecord.id)
         for name, value in device.as_dict().items():
             runs = runs.where(getattr(NightlyRunRecord, name) == value)
-        query = query.where(NightlyResultRecord.run_id.in_(runs))
-    if store.readonly and not has_history(store):
-        return []
+        query = query.where(table.c.run_id.in_(runs))
     with _session(store, writes=False) as session:
-        return [_result(r) for r in session.scalars(query)]
+        return [_result(r) for r in session.execute(query)]
 
 
 def has_history(store: Store) -> bool:
     """Whether ``store`` holds the nightly tables (a database of revision 0003 or later;
     a read-only store of an older one has none, and no history)."""
+    return bool(_history_columns(store))
+
+
+def _history_columns(store: Store) -> frozenset[str]:
+    """The columns of ``store``'s ``nightly_results`` (none: it has no such table)."""
     from sqlalchemy import inspect
 
     from spectune.db._writer import make_engine, translate_errors
@@ -239,7 +278,10 @@ def has_history(store: Store) -> bool:
         engine = make_engine(store.url)
     try:
         with translate_errors(store.location):
-            return bool(inspect(engine).has_table("nightly_results"))
+            inspector = inspect(engine)
+            if not inspector.has_table("nightly_results"):
+                return frozenset()
+            return frozenset(c["name"] for c in inspector.get_columns("nightly_results"))
     finally:
         if own:
             engine.dispose()
@@ -309,7 +351,11 @@ def _result(r: Any) -> NightlyResult:
         tuned=_timing(r, "tuned"), default=_timing(r, "default"),
         recorded_p50=r.recorded_p50_us, evaluations=r.evaluations,
         evaluations_to_best=r.evaluations_to_best, seconds=r.seconds, message=r.message,
-        run_id=r.run_id, finished_at=r.finished_at,
+        # Columns of revision 0004: absent from a read-only database of 0003.
+        vs_vllm=getattr(r, "vs_vllm", None), vllm_p50=getattr(r, "vllm_p50_us", None),
+        vllm_version=getattr(r, "vllm_version", None),
+        served_p50=getattr(r, "served_p50_us", None), run_id=r.run_id,
+        finished_at=r.finished_at,
     )
 
 

@@ -92,12 +92,18 @@ class VllmComparison:
             raised: ...``, ``vLLM returned different tokens``); ``None`` when measured.
             Kept as one printable line of at most 256 characters (the first line of
             what is given, shortened).
+        peak_mib: vLLM's function's peak device memory over one call, MiB (what the
+            call allocated beyond what was allocated before it); measured on a GPU only,
+            ``None`` under the CPU interpreter and when not measured.
+        tuned_peak_mib: The same for the row's config, in the same comparison.
     """
 
     verdict: str = "not measured"
     p50_us: float | None = None
     version: str | None = None
     reason: str | None = None
+    peak_mib: float | None = None
+    tuned_peak_mib: float | None = None
 
     def __post_init__(self) -> None:
         verdict = self.verdict
@@ -110,6 +116,9 @@ class VllmComparison:
         if verdict == "not measured":
             if self.p50_us is not None:
                 raise ValueError("vllm_p50_us must be None when vs_vllm is 'not measured'")
+            if self.peak_mib is not None or self.tuned_peak_mib is not None:
+                raise ValueError("vllm_peak_mib and tuned_peak_mib must be None when vs_vllm "
+                                 "is 'not measured'")
         else:
             if self.p50_us is None or self.version is None:
                 raise ValueError(
@@ -118,6 +127,11 @@ class VllmComparison:
             if self.reason is not None:
                 raise ValueError(f"vllm_reason must be None when vs_vllm is {verdict!r}")
             object.__setattr__(self, "p50_us", number("vllm_p50_us", self.p50_us))
+            for name, attribute in (("vllm_peak_mib", "peak_mib"),
+                                    ("tuned_peak_mib", "tuned_peak_mib")):
+                value = getattr(self, attribute)
+                if value is not None:
+                    object.__setattr__(self, attribute, number(name, value))
         for f in VLLM_FIELDS:
             f.check(getattr(self, f.attribute))
 

@@ -40,7 +40,8 @@ def test_model_columns_follow_the_kinds() -> None:
             assert column.type.length == field.size
         else:
             assert isinstance(column.type, types[field.kind]), field.name
-        nullable = ("history", "vllm_p50_us", "vllm_version", "vllm_reason")
+        nullable = ("history", "vllm_p50_us", "vllm_version", "vllm_reason", "vllm_peak_mib",
+                    "tuned_peak_mib")
         assert column.nullable == (field.name in nullable), field.name
         default = column.server_default
         assert (None if default is None else default.arg) == field.missing, field.name

@@ -52,7 +52,8 @@ def test_files_written_before_the_comparison_read_as_not_measured(
 ) -> None:
     path = tmp_path / f"rows.{fmt}"
     later_names = [f.name for f in LATER_FIELDS]
-    assert later_names == ["vs_vllm", "vllm_p50_us", "vllm_version", "vllm_reason"]
+    assert later_names == ["vs_vllm", "vllm_p50_us", "vllm_version", "vllm_reason",
+                           "vllm_peak_mib", "tuned_peak_mib"]
     write_rows_file(ROWS, path, fmt=fmt)
     if fmt == "json":  # as spectune wrote it before schema revision 0004
         data = json.loads(path.read_text())
@@ -73,7 +74,7 @@ def test_files_written_before_the_comparison_read_as_not_measured(
 def test_csv_writes_an_empty_cell_for_none(tmp_path: Path) -> None:
     path = tmp_path / "rows.csv"
     write_rows_file(ROWS[:1], path, fmt="csv")
-    assert path.read_text().splitlines()[1].endswith(",not measured,,,")
+    assert path.read_text().splitlines()[1].endswith(",not measured,,,,,")
 
 
 def test_vllm_json_one_file_per_kernel_and_device(tmp_path: Path) -> None:

@@ -276,6 +276,63 @@ def test_checked_in_0003_file_is_read_as_not_compared_and_upgraded(tmp_path: Pat
     assert mi300x.vllm == compared and mi300x.vs_vllm_ratio == 1.4
 
 
+def test_a_0003_nightly_history_reads_without_the_comparison_and_upgrades(
+    tmp_path: Path,
+) -> None:
+    # Revision 0004 added the nightly history's comparison with vLLM: results of earlier
+    # nights read it as None, read-only (no upgrade) or upgraded; later nights record it.
+    from spectune.db import NightlyResult, night_results, record_result
+
+    copy = tmp_path / "schema_0003.db"
+    shutil.copyfile(ASSETS / "schema_0003.db", copy)
+    engine = engine_for(str(copy))
+    try:
+        with engine.begin() as connection:  # a night as spectune wrote it at 0003
+            connection.execute(text(
+                "INSERT INTO nightly_runs (id, job, host, backend, arch, device_name, "
+                "cu_count, warp_size, triton_version, torch_version, runtime_version, "
+                "driver_version, spectune_version, budget_seconds, started_at, status) "
+                "VALUES (1, 'job', 'node-a', 'hip', 'gfx942', 'AMD_Instinct_MI300X', 304, "
+                "64, '3.2.0', '2.6.0', 'rt-1', 'd', '0.1.0', 60.0, "
+                "'2026-01-02 03:04:05.000000', 'complete')"))
+            connection.execute(text(
+                "INSERT INTO nightly_results (run_id, kernel, kernel_hash, spec_len, batch, "
+                "vocab, dtype, draft_probs, action, reason, verdict, tuned_p20_us, "
+                "tuned_p50_us, tuned_p80_us, seconds, message, finished_at) VALUES (1, "
+                f"'{KERNEL}', '{KERNEL_HASH}', 4, 8, 128256, 'bfloat16', 1, 'recheck', "
+                "'recheck', 'ok', 9.0, 10.0, 11.0, 1.5, '', '2026-01-02 03:05:00.000000')"))
+    finally:
+        engine.dispose()
+    with open_store(copy, readonly=True) as store:
+        (old,) = night_results(store)
+    assert (old.kernel, old.verdict, old.tuned is not None) == (KERNEL, "ok", True)
+    assert (old.vs_vllm, old.vllm_p50, old.vllm_version, old.served_p50) == (None,) * 4
+    assert old.vs_vllm_ratio is None
+    assert upgrade_database(copy) == ("0003", HEAD_REVISION)
+    engine = engine_for(str(copy))
+    try:
+        with engine.connect() as connection:
+            columns = {c["name"] for c in inspect(connection).get_columns("nightly_results")}
+    finally:
+        engine.dispose()
+    assert {"vs_vllm", "vllm_p50_us", "vllm_version", "served_p50_us"} <= columns
+    compared = NightlyResult(
+        kernel=KERNEL, kernel_hash=KERNEL_HASH, problem=old.problem, action="tune",
+        reason="missing", verdict="inserted", vs_vllm="faster", vllm_p50=15.0,
+        vllm_version="0.32.0", served_p50=10.0)
+    with open_store(copy) as store:
+        assert night_results(store) == [old]
+        record_result(store, 1, compared)
+        both = night_results(store)
+    assert both[0] == old
+    assert (both[1].vs_vllm, both[1].vllm_p50, both[1].vllm_version, both[1].served_p50) \
+        == ("faster", 15.0, "0.32.0", 10.0)
+    assert both[1].vs_vllm_ratio == 1.5
+    with pytest.raises(ValueError, match="vs_vllm must be one of"):
+        NightlyResult(kernel=KERNEL, kernel_hash=KERNEL_HASH, problem=old.problem,
+                      action="tune", reason="missing", verdict="inserted", vs_vllm="slower")
+
+
 def test_asset_is_still_revision_0003() -> None:
     engine = engine_for(str(ASSETS / "schema_0003.db"))
     try:
@@ -299,8 +356,11 @@ def test_a_database_without_the_comparison_columns_is_served(db_url: str) -> Non
     # What a 0003 database is, on either storage: the readers read the comparison as
     # not measured (a literal in their SQL), without upgrading it.
     write_db(db_url, [make_row(vllm=VllmComparison("faster", 14.0, "0.32.0"))])
-    for column in ("vs_vllm", "vllm_p50_us", "vllm_version", "vllm_reason"):
+    for column in ("vs_vllm", "vllm_p50_us", "vllm_version", "vllm_reason", "vllm_peak_mib",
+                   "tuned_peak_mib"):
         _execute(db_url, f"ALTER TABLE tuned_configs DROP COLUMN {column}")
+    for column in ("vs_vllm", "vllm_p50_us", "vllm_version", "served_p50_us"):
+        _execute(db_url, f"ALTER TABLE nightly_results DROP COLUMN {column}")
     _set_revision(db_url, "0003")
     with open_store(db_url, readonly=True) as store:
         assert store.rows() == [make_row()]

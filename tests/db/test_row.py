@@ -231,6 +231,38 @@ def test_comparison_round_trip_and_ratio() -> None:
     assert TunedRow.from_dict(old) == row.replace_vllm(VllmComparison())
 
 
+def test_peak_memory_rides_with_a_measured_comparison() -> None:
+    # Measured on a GPU: each side's peak device memory of one call, MiB (zero allowed:
+    # a call may allocate nothing).
+    measured = VllmComparison("faster", 15, "0.32.0", peak_mib=3, tuned_peak_mib=0.0)
+    assert measured.peak_mib == 3.0 and isinstance(measured.peak_mib, float)
+    row = make_row(vllm=measured)
+    data = row.to_dict()
+    assert (data["vllm_peak_mib"], data["tuned_peak_mib"]) == (3.0, 0.0)
+    assert TunedRow.from_dict(data) == row
+    # Under the CPU interpreter there is no device memory: None, a measured verdict still.
+    cpu = VllmComparison("not faster", 8.0, "0.32.0")
+    assert (cpu.peak_mib, cpu.tuned_peak_mib) == (None, None)
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        ({"peak_mib": 1.0}, "vllm_peak_mib and tuned_peak_mib must be None"),
+        ({"tuned_peak_mib": 1.0, "version": "0.32.0"}, "must be None when vs_vllm is"),
+        ({"verdict": "faster", "p50_us": 1.0, "version": "0.32.0", "peak_mib": -1.0},
+         "vllm_peak_mib must be finite and non-negative"),
+        ({"verdict": "faster", "p50_us": 1.0, "version": "0.32.0", "tuned_peak_mib": math.nan},
+         "tuned_peak_mib must be finite and non-negative"),
+        ({"verdict": "faster", "p50_us": 1.0, "version": "0.32.0", "peak_mib": "3"},
+         "vllm_peak_mib must be a number"),
+    ],
+)
+def test_bad_peak_memory(arguments: dict[str, Any], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        VllmComparison(**arguments)
+
+
 @pytest.mark.parametrize(
     ("arguments", "message"),
     [
