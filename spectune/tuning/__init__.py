@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from spectune.tuning._isolated import IsolatedRunner, TrialWorkerLost, WorkerStartError
 from spectune.tuning._job import JobError, NightlyJob, ShapeGroup, load_job, parse_duration
-from spectune.tuning._vs_vllm import VsVllm, compare_with_vllm
+from spectune.tuning._vs_vllm import VsVllm, compare_with_vllm, peak_memory_mib
 
 __all__ = [
     "IsolatedRunner",
@@ -26,4 +26,5 @@ __all__ = [
     "compare_with_vllm",
     "load_job",
     "parse_duration",
+    "peak_memory_mib",
 ]

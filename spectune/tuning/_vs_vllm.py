@@ -14,6 +14,11 @@ stops a sweep.
 Under the CPU interpreter both sides are interpreter times: a verdict measured there says
 which runs faster under the interpreter, nothing about a GPU, and is labelled by the
 row's device (``cpu-interpreter``).
+
+Memory beside time: on a GPU the comparison also records the peak device memory of one
+call of each side (:func:`peak_memory_mib`): a config faster than vLLM's function that
+needs much more scratch memory is a finding too. Under the CPU interpreter there is no
+device memory to measure; the figures are ``None``.
 """
 
 from __future__ import annotations
@@ -31,7 +36,7 @@ if TYPE_CHECKING:
     from spectune.db import VllmComparison
     from spectune.kernels import KernelFamily
 
-__all__ = ["VsVllm", "compare_with_vllm", "vllm_unavailable"]
+__all__ = ["VsVllm", "compare_with_vllm", "peak_memory_mib", "vllm_unavailable"]
 
 logger = logging.getLogger("spectune.tuning")
 
@@ -47,6 +52,51 @@ class VsVllm:
 
     comparison: VllmComparison
     ours: Timing | None = None
+
+
+def peak_memory_mib(fn: Callable[[], Any], *, device: Any) -> float | None:
+    """The device memory one call of ``fn`` allocates at its peak, MiB.
+
+    What the caching allocator held at the call's peak beyond what was allocated before
+    it (its outputs and scratch, not the inputs); ``fn``'s result is kept until the peak
+    is read, so outputs count. Measured only on a CUDA or HIP device (PyTorch names
+    both ``cuda``); ``None`` elsewhere (the CPU interpreter has no device memory).
+    Resets the device's peak statistics.
+
+    Args:
+        fn: One call (already warmed up: a first call may compile).
+        device: Where ``fn`` runs: a ``torch.device``, its name, or ``None``.
+
+    Returns:
+        MiB, or ``None`` where not measured.
+    """
+    if device is None:
+        return None
+    import torch
+
+    device = torch.device(device)
+    if device.type != "cuda" or not torch.cuda.is_available():
+        return None
+    torch.cuda.synchronize(device)
+    before = torch.cuda.memory_allocated(device)
+    torch.cuda.reset_peak_memory_stats(device)
+    result = fn()
+    torch.cuda.synchronize(device)
+    peak = torch.cuda.max_memory_allocated(device)
+    del result
+    return max(peak - before, 0) / float(1 << 20)
+
+
+def inputs_device(inputs: Any) -> Any:
+    """The device of a family's inputs: that of the first tensor among its launch
+    arguments (``None`` when it has none)."""
+    import torch
+
+    args = getattr(inputs, "args", None)
+    for value in args() if callable(args) else ():
+        if isinstance(value, torch.Tensor):
+            return value.device
+    return None
 
 
 def _installed() -> str | None:
@@ -114,10 +164,15 @@ def compare_with_vllm(
     try:
         decision = decide_side_by_side(lambda: timer(lambda: family.launch(inputs, config)),
                                        lambda: timer(incumbent.run))
+        # Both sides ran (and compiled) above: one more call each, for its peak memory.
+        device = inputs_device(inputs)
+        tuned_peak = peak_memory_mib(lambda: family.launch(inputs, config), device=device)
+        vllm_peak = peak_memory_mib(incumbent.run, device=device)
     except Exception as exc:
         return not_measured(f"vLLM's function raised: {one_line(exc)}")
     return VsVllm(
         VllmComparison(verdict="faster" if decision.faster else "not faster",
-                       p50_us=decision.incumbent.p50, version=incumbent.vllm_version),
+                       p50_us=decision.incumbent.p50, version=incumbent.vllm_version,
+                       peak_mib=vllm_peak, tuned_peak_mib=tuned_peak),
         ours=decision.candidate,
     )

@@ -51,7 +51,8 @@ from spectune.tuning._job import NightlyJob, ShapeGroup
 from spectune.tuning.problems import SweepItem, as_looked_up, sweep_items
 
 if TYPE_CHECKING:
-    from spectune.db import NightlyResult, NightlyRun, Store, TunedRow
+    from spectune.db import NightlyResult, NightlyRun, Store, TunedRow, VllmComparison
+    from spectune.tuning._vs_vllm import VsVllm
 
 _log = logging.getLogger(__name__)
 
@@ -358,7 +359,8 @@ def _tune(
     return dict(verdict=verdict, message=message, config=result.best_config,
                 tuned=result.best, default=result.default, evaluations=result.trials,
                 evaluations_to_best=result.best_evaluation,
-                recorded_p50=None if work.row is None else work.row.tuned.p50)
+                recorded_p50=None if work.row is None else work.row.tuned.p50,
+                **_vs_vllm_fields(result.vllm, result.served))
 
 
 def _recheck(work: Work, *, device: DeviceIdentity, seed: int, store: Store | None = None
@@ -377,7 +379,9 @@ def _recheck(work: Work, *, device: DeviceIdentity, seed: int, store: Store | No
     config = dict(row.config)
     default = family.default_config(work.item.problem, device.backend)
     gate = runner(config)
-    base: dict[str, Any] = dict(config=config, recorded_p50=row.tuned.p50)
+    # The row's recorded comparison with vLLM, unless measured again below.
+    base: dict[str, Any] = dict(config=config, recorded_p50=row.tuned.p50,
+                                **_vs_vllm_fields(row.vllm, row.tuned))
     if gate.status is not Status.OK:
         return dict(base, verdict="broken",
                     message=f"tuned config {gate.status.value}: {gate.message}")
@@ -387,7 +391,9 @@ def _recheck(work: Work, *, device: DeviceIdentity, seed: int, store: Store | No
         # beat): nothing to compare it with but vLLM.
         message = "the default config serves this shape"
         if store is not None and _vllm_verdict_stale(row):
-            message += "; " + _measure_against_vllm(row, store=store, runner=runner)
+            found, measured = _measure_against_vllm(row, store=store, runner=runner)
+            message += "; " + found
+            base.update(_vs_vllm_fields(measured.comparison, measured.ours))
         return dict(base, verdict="ok", message=message)
 
     def timer(c: dict[str, int]) -> Callable[[], Timing]:
@@ -407,8 +413,22 @@ def _recheck(work: Work, *, device: DeviceIdentity, seed: int, store: Store | No
     message = (f"{decision.incumbent.p50 / decision.candidate.p50:.2f}x over the default "
                f"({decision.rounds} rounds)")
     if store is not None and _vllm_verdict_stale(row):
-        message += "; " + _measure_against_vllm(row, store=store, runner=runner)
+        found, measured = _measure_against_vllm(row, store=store, runner=runner)
+        message += "; " + found
+        base.update(_vs_vllm_fields(measured.comparison, measured.ours))
     return dict(base, verdict="ok", message=message)
+
+
+def _vs_vllm_fields(comparison: VllmComparison | None, served: Timing | None
+                    ) -> dict[str, Any]:
+    """A night's result's fields for a comparison with vLLM (none: not compared) and the
+    serving config's timing in it."""
+    if comparison is None:
+        return {}
+    return dict(vs_vllm=comparison.verdict, vllm_p50=comparison.p50_us,
+                vllm_version=comparison.version,
+                served_p50=None if comparison.p50_us is None or served is None
+                else served.p50)
 
 
 def _vllm_verdict_stale(row: TunedRow) -> str:
@@ -428,8 +448,13 @@ def _vllm_verdict_stale(row: TunedRow) -> str:
     return f"measured against vLLM {measured.version}, now {installed}"
 
 
-def _measure_against_vllm(row: TunedRow, *, store: Store, runner: Any) -> str:
-    """Measure ``row``'s config beside vLLM's own function, record it; what it found."""
+def _measure_against_vllm(row: TunedRow, *, store: Store, runner: Any
+                         ) -> tuple[str, VsVllm]:
+    """Measure ``row``'s config beside vLLM's own function and record it.
+
+    Returns:
+        What it found, for a person, and the measurement.
+    """
     from spectune.kernels import get_family
     from spectune.tuning._vs_vllm import compare_with_vllm
 
@@ -439,8 +464,8 @@ def _measure_against_vllm(row: TunedRow, *, store: Store, runner: Any) -> str:
     store.set_vllm_comparison(row.key, comparison)
     if comparison.p50_us is not None and measured.ours is not None:
         ratio = comparison.p50_us / measured.ours.p50
-        return f"vs vLLM {comparison.version}: {comparison.verdict} ({ratio:.2f}x)"
-    return f"vs vLLM: not measured ({comparison.reason})"
+        return f"vs vLLM {comparison.version}: {comparison.verdict} ({ratio:.2f}x)", measured
+    return f"vs vLLM: not measured ({comparison.reason})", measured
 
 
 def _regressions(row: TunedRow, decision: SideBySide) -> list[str]:
