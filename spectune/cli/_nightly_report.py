@@ -24,7 +24,7 @@ __all__ = ["report_json", "shape_label", "write_report"]
 # is unreadable.
 _HISTORY_SHAPES = 8
 _RESULT_COLUMNS = ("shape", "action", "why", "verdict", "default µs", "tuned µs", "speedup",
-                   "evals (best at)", "s")
+                   "vs vLLM", "evals (best at)", "s")
 
 
 def shape_label(kernel: str, problem: Any) -> str:
@@ -108,6 +108,11 @@ def _result_json(r: NightlyResult) -> dict[str, Any]:
         "speedup": None if r.speedup is None else round(r.speedup, 4),
         "evaluations": r.evaluations, "evaluations_to_best": r.evaluations_to_best,
         "seconds": round(r.seconds, 3), "message": r.message,
+        # The serving config against vLLM's own function (measured tonight, or as the
+        # row recorded it): vLLM's p50 over the config's, in the same comparison.
+        "vs_vllm": r.vs_vllm, "vllm_p50_us": r.vllm_p50, "vllm_version": r.vllm_version,
+        "served_p50_us": r.served_p50,
+        "vs_vllm_ratio": None if r.vs_vllm_ratio is None else round(r.vs_vllm_ratio, 4),
     }
 
 
@@ -132,7 +137,7 @@ def _database_json(r: NightReport) -> dict[str, Any]:
 
 
 def _result_cells(r: NightlyResult) -> list[str]:
-    from spectune.cli.db import short_us
+    from spectune.cli.db import NOT_COMPARED, short_us
 
     why = r.reason.split(":", 1)[0]
     evals = "" if r.evaluations is None else (
@@ -142,7 +147,9 @@ def _result_cells(r: NightlyResult) -> list[str]:
         shape_label(r.kernel, r.problem), r.action, why, r.verdict,
         "" if r.default is None else short_us(r.default.p50),
         "" if r.tuned is None else short_us(r.tuned.p50),
-        "" if r.speedup is None else f"{r.speedup:.2f}x", evals, f"{r.seconds:.1f}",
+        "" if r.speedup is None else f"{r.speedup:.2f}x",
+        NOT_COMPARED if r.vs_vllm_ratio is None else f"{r.vs_vllm_ratio:.2f}x",
+        evals, f"{r.seconds:.1f}",
     ]
 
 

@@ -265,7 +265,8 @@ def show(
     device, the tuned p50, the speedup over the default config, and how much faster
     than vLLM's own function (vLLM's p50 over the tuned p50, measured side by side; —
     where not measured); --wide shows every column (the default's p50, the vLLM
-    version...).
+    version, the peak device memory of one call of the config and of vLLM's function,
+    measured on GPUs only...).
     """
     from spectune.db import rows_to_json
 
@@ -283,8 +284,8 @@ def show(
 #: ``db show --wide``'s columns, one per field a reader may want.
 _WIDE_COLUMNS = (
     "kernel", "device", "arch", "k", "batch", "vocab", "dtype", "draft probs", "config",
-    "p50 µs", "default p50 µs", "speedup", "vs vLLM", "vLLM version", "triton", "tuned (UTC)",
-    "source",
+    "p50 µs", "default p50 µs", "speedup", "vs vLLM", "vLLM version", "peak MiB",
+    "vLLM peak MiB", "triton", "tuned (UTC)", "source",
 )  # fmt: skip
 #: What the ``vs vLLM`` cells say of a row whose config was not compared with vLLM.
 NOT_COMPARED = "—"
@@ -295,6 +296,11 @@ def vs_vllm_text(row: Any) -> str:
     :data:`NOT_COMPARED`."""
     ratio = row.vs_vllm_ratio
     return NOT_COMPARED if ratio is None else f"{ratio:.2f}x"
+
+
+def _mib(value: float | None) -> str:
+    """A peak memory figure (measured on GPUs only), or :data:`NOT_COMPARED`."""
+    return NOT_COMPARED if value is None else f"{value:.1f}"
 
 
 def _wide_cells(label: str, row: Any) -> tuple[str, ...]:
@@ -313,6 +319,8 @@ def _wide_cells(label: str, row: Any) -> tuple[str, ...]:
         f"{row.speedup:.2f}x",
         vs_vllm_text(row),
         row.vllm.version or NOT_COMPARED,
+        _mib(row.vllm.tuned_peak_mib),
+        _mib(row.vllm.peak_mib),
         row.software.triton,
         row.tuned_at.strftime("%Y-%m-%d %H:%M"),
         label,

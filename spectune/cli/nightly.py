@@ -199,6 +199,8 @@ def _night(job: NightlyJob, *, shard: tuple[int, int], isolate: bool | None,
 
         def on_result(result: Any) -> None:
             speed = "" if result.speedup is None else f", {result.speedup:.2f}x"
+            if result.vs_vllm_ratio is not None:
+                speed += f", {result.vs_vllm_ratio:.2f}x vs vLLM"
             style = "red" if result.verdict in ("regressed", "broken", "failed") else "green"
             console.print(f"    -> [{style}]{result.verdict}[/]{speed} ({result.seconds:.1f} s)")
 

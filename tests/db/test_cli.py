@@ -108,7 +108,8 @@ def long_rows(tmp_path: Path) -> Path:
         store.record_many([
             make_row(kernel="rejection_sample_mrv2_folded", vocab=151936, config=LONG_CONFIG,
                      p50=1234.56, default_p50=2345.67,
-                     vllm=VllmComparison("faster", 2000.0, "0.32.0")),
+                     vllm=VllmComparison("faster", 2000.0, "0.32.0", peak_mib=48.0,
+                                         tuned_peak_mib=12.5)),
             make_row(device=H100, kernel="rejection_sample_folded", spec_len=8, batch=64,
                      dtype="float16", draft_probs=False, config=CUDA_CONFIG,
                      vllm=VllmComparison("not faster", 9.0, "0.33.0")),
@@ -144,6 +145,7 @@ def test_show_fits_the_terminal_and_cuts_no_value(long_rows: Path, columns: int)
     # The columns only --wide shows.
     assert "3.2.0" not in out and "2026-01-02" not in out and str(long_rows) not in out
     assert "2346" not in out and "0.32.0" not in out
+    assert "12.5" not in out and "48.0" not in out and "MiB" not in out  # peak memory
 
 
 def test_show_puts_the_config_below_its_problem(long_rows: Path) -> None:
@@ -162,16 +164,22 @@ def test_show_wide_has_every_column_whole(long_rows: Path) -> None:
     assert result.exit_code == 0, result.output
     out = result.stdout
     for header in ("kernel", "device", "arch", "draft probs", "config", "p50 µs",
-                   "default p50 µs", "speedup", "vs vLLM", "vLLM version", "triton",
-                   "tuned (UTC)", "source"):
+                   "default p50 µs", "speedup", "vs vLLM", "vLLM version", "peak MiB",
+                   "vLLM peak MiB", "triton", "tuned (UTC)", "source"):
         assert header in out, (header, out)
     # Widened past 80 rather than folded: a row and its config on one line.
     [row] = [line for line in out.splitlines() if "rejection_sample_mrv2_folded" in line]
     for cell in ("AMD_Instinct_MI300X", "gfx942", "151936", "bfloat16", "yes", "1234.56",
-                 "2345.67", "1.90x", "1.62x", "0.32.0", "3.2.0", "2026-01-02 03:04",
+                 "2345.67", "1.90x", "1.62x", "0.32.0", "3.2.0",
+                 "2026-01-02 03:04",
                  str(long_rows),
                  "BLOCK_V=8192,SPLITS=4,num_warps=8,num_stages=2,waves_per_eu=2"):
         assert cell in row, (cell, row)
+    # Peak device memory of one call, the config's then vLLM's, after the vLLM version;
+    # measured on GPUs only: a dash where there is none.
+    assert re.search(r"0\.32\.0\s*│\s*12\.5\s*│\s*48\.0\s*│", row), row
+    [h200] = [line for line in out.splitlines() if "NVIDIA_H200" in line]
+    assert re.search(r"—\s*│\s*—\s*│\s*—\s*│\s*—\s*│", h200), h200
 
 
 def test_show_json_ignores_the_table_options(long_rows: Path) -> None:
@@ -181,6 +189,8 @@ def test_show_json_ignores_the_table_options(long_rows: Path) -> None:
     assert plain.stdout == wide.stdout
     with open_store(long_rows, readonly=True) as store:
         assert plain.stdout == rows_to_json(store.rows())
+    peaks = [(r["vllm_peak_mib"], r["tuned_peak_mib"]) for r in json.loads(plain.stdout)]
+    assert sorted(peaks, key=str) == sorted([(48.0, 12.5), (None, None), (None, None)], key=str)
 
 
 def test_phrases_wrap_between_phrases_only() -> None:

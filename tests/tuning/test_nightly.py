@@ -17,14 +17,17 @@ import pytest
 from click.testing import CliRunner
 
 from spectune.cli import main
+from spectune.cli._nightly_report import _RESULT_COLUMNS, _result_cells
+from spectune.cli.db import NOT_COMPARED
 from spectune.db import TunedRow, open_store
 from spectune.db._night_history import finish_night, night_results, nights, start_night
 from spectune.db._row import utc_now
-from spectune.identity import detect_device, detect_software
+from spectune.identity import detect_device, detect_driver, detect_software
 from spectune.promotion import Timing
 from spectune.space import Problem
 from spectune.tuning._job import JobError, load_job
 from spectune.tuning.nightly import plan_night, run_night
+from spectune.vllm import installed_vllm_version
 from tests.tuning.toy_family import ToySumFamily
 
 VOCAB = 256
@@ -211,10 +214,17 @@ def test_an_interrupted_night_is_recorded_as_such(night: Path) -> None:
     report = caught.value.report  # type: ignore[attr-defined]
     assert report.status == "interrupted" and len(report.results) == 1
     assert [w.item.problem.spec_len for w in report.deferred] == [2]
+    # The tune measured its config beside vLLM: vLLM has no function for the toy family.
+    (tuned,) = report.results
+    assert (tuned.vs_vllm, tuned.vllm_p50, tuned.served_p50) == ("not measured", None, None)
+    assert tuned.vllm_version == installed_vllm_version() and tuned.vs_vllm_ratio is None
+    assert _result_cells(tuned)[_RESULT_COLUMNS.index("vs vLLM")] == NOT_COMPARED
     with open_store(db) as store:
         (run,) = nights(store, device=device)
         assert run.status == "interrupted" and run.summary["done"] == 1
-        assert [r.problem.spec_len for r in night_results(store, run_ids=[run.id])] == [1]
+        (recorded,) = night_results(store, run_ids=[run.id])
+        assert (recorded.problem.spec_len, recorded.vs_vllm, recorded.vllm_version) \
+            == (1, "not measured", tuned.vllm_version)
 
 
 def test_shards_split_the_shapes_without_overlap(night: Path) -> None:
@@ -364,7 +374,6 @@ def test_a_vllm_upgrade_makes_verdicts_stale_and_a_night_measures_them_again(
     ``rejection_sample``; the verdict is then the installed vLLM's."""
     from spectune.db import VllmComparison
     from spectune.kernels import get_family
-    from spectune.vllm import installed_vllm_version
 
     monkeypatch.setenv("SPECTUNE_USER_DB", str(tmp_path / "user.db"))
     monkeypatch.delenv("SPECTUNE_DB", raising=False)
@@ -393,12 +402,30 @@ def test_a_vllm_upgrade_makes_verdicts_stale_and_a_night_measures_them_again(
         planned = plan_night(job, store=store, device=device, software=software, driver="")
     assert [(w.action, w.reason.split("; ")[-1]) for w in planned] == [
         ("recheck", f"measured against vLLM 0.31.0, now {installed}")]
-    report = run_night(job, database=str(db), storage=str(tmp_path / "s.journal"),
-                       device=device, software=software, driver="")
-    (result,) = report.results
-    assert result.verdict == "ok" and f"vs vLLM {installed}" in result.message, result
+    # The command: its report's vs vLLM column and JSON carry tonight's measurement.
+    code, out, err = _invoke(str(job_path), "--json", "--report-dir",
+                             str(tmp_path / "reports"))
+    assert code == 0, err
+    (result,) = json.loads(out)["databases"][0]["results"]
+    assert result["verdict"] == "ok" and f"vs vLLM {installed}" in result["message"], result
     (after,) = open_store(db).rows()
     assert after.vllm.version == installed and after.vllm.verdict in ("faster", "not faster")
     assert after.vllm.p50_us is not None and after.vllm.p50_us != 20.0
-    with open_store(db) as store:  # measured under this vLLM: nothing to do now
-        assert plan_night(job, store=store, device=device, software=software, driver="") == []
+    # No device memory under the CPU interpreter: the peaks are not recorded.
+    assert (after.vllm.peak_mib, after.vllm.tuned_peak_mib) == (None, None)
+    assert (result["vs_vllm"], result["vllm_p50_us"], result["vllm_version"]) \
+        == (after.vllm.verdict, after.vllm.p50_us, installed)
+    ratio = result["vllm_p50_us"] / result["served_p50_us"]
+    assert result["vs_vllm_ratio"] == round(ratio, 4)
+    assert f"({ratio:.2f}x)" in result["message"]  # the same measurement
+    assert f"{ratio:.2f}x vs vLLM" in err  # the line the terminal shows for the shape
+    markdown = Path(json.loads(out)["report"]["markdown"]).read_text()
+    header, line = [x for x in markdown.splitlines() if x.startswith("| ")]  # Results
+    cells = dict(zip(header.split(" | "), line.split(" | "), strict=True))
+    assert cells["vs vLLM"] == f"{ratio:.2f}x"
+    assert f"<td>{ratio:.2f}x</td>" in Path(json.loads(out)["report"]["html"]).read_text()
+    with open_store(db) as store:  # the history keeps it; nothing to do now
+        (recorded,) = night_results(store, device=device)
+        assert recorded.vs_vllm_ratio == pytest.approx(ratio)
+        assert plan_night(job, store=store, device=device, software=software,
+                          driver=detect_driver()) == []
