@@ -10,7 +10,10 @@ Times, side by side in one run, for B in {1, 8, 64}, k in {1, 2, 4, 8} and V in
 
 Prints p50 latency, the speedup (vllm / ours) and the fraction of the HBM floor: the
 time to read the logits (and draft probs and inv_q where used) once at the copy
-bandwidth measured in the same run. On CPU it runs under TRITON_INTERPRET=1 on tiny
+bandwidth measured in the same run. On a GPU it also prints the peak device memory of one
+call of each (MiB allocated at the peak beyond what was allocated before the call:
+outputs, scratch, and for ``ours`` the torch-made draws); on CPU there is none (``null``
+in the JSON). On CPU it runs under TRITON_INTERPRET=1 on tiny
 shapes (``--quick``) only to prove it works; its figures mean nothing.
 
 Usage:
@@ -38,6 +41,7 @@ from _vllm_sequence import vllm_sequence
 from spectune.identity import CPU_BACKEND, detect_device, torch_device
 from spectune.kernels import get_family, rejection_sample
 from spectune.space import DTYPES, Problem
+from spectune.tuning import peak_memory_mib
 
 FULL = {"batch": (1, 8, 64), "k": (1, 2, 4, 8), "vocab": (32000, 128256, 151936)}
 QUICK = {"batch": (1, 2), "k": (1, 2), "vocab": (1000,)}
@@ -110,6 +114,10 @@ def measure(
     t_ours = timeit(lambda: ours(config), gpu=gpu)
     t_fused = timeit(fused_rng, gpu=gpu)
     t_given = timeit(lambda: ours(given), gpu=gpu) if given else None
+    # Memory beside time (None off a GPU): one call each, after the timed ones.
+    m_vllm = peak_memory_mib(baseline, device=device)
+    m_ours = peak_memory_mib(lambda: ours(config), device=device)
+    m_fused = peak_memory_mib(fused_rng, device=device)
     floor_bytes = batch * k * vocab * logits.element_size()
     if mode == "random":
         floor_bytes += batch * k * vocab * 4  # draft probs
@@ -121,6 +129,7 @@ def measure(
         "given_us": t_given, "given_config": given,
         "speedup": t_vllm[1] / t_ours[1], "speedup_fused_rng": t_vllm[1] / t_fused[1],
         "floor_us": floor_us, "floor_fraction": floor_us / t_ours[1],
+        "vllm_peak_mib": m_vllm, "ours_peak_mib": m_ours, "fused_rng_peak_mib": m_fused,
     }
 
 
@@ -134,6 +143,7 @@ def run(args: argparse.Namespace) -> list[dict[str, object]]:
     print(f"# device: {identity.describe()}; copy bandwidth {bandwidth / 1e9:.1f} GB/s")
     header = (f"{'mode':7} {'B':>3} {'k':>2} {'V':>7} {'vllm us':>9} {'ours us':>9} "
               f"{'speedup':>7} {'fused-rng us':>12} {'floor %':>7}")
+    header += f" {'vllm MiB':>9} {'ours MiB':>9}" if gpu else ""  # peak memory: GPUs only
     print(header + (f" {'given us':>9}" if given else ""))
     records = []
     for mode, batch, k, vocab in itertools.product(
@@ -145,6 +155,8 @@ def run(args: argparse.Namespace) -> list[dict[str, object]]:
         line = (f"{mode:7} {batch:>3} {k:>2} {vocab:>7} {rec['vllm_us'][1]:>9.1f} "
                 f"{rec['ours_us'][1]:>9.1f} {rec['speedup']:>6.2f}x "
                 f"{rec['fused_rng_us'][1]:>12.1f} {100 * rec['floor_fraction']:>6.1f}%")
+        if gpu:
+            line += f" {rec['vllm_peak_mib']:>9.2f} {rec['ours_peak_mib']:>9.2f}"
         if given:
             line += f" {rec['given_us'][1]:>9.1f}"
         print(line, flush=True)

@@ -7,7 +7,9 @@ config (or ``--config``), for B in {1, 8, 64}, k in {1, 2, 4, 8}, V in {32000, 1
 151936}, all-greedy and all-random batches, with draft logits (a model drafter) and
 without (ngram). Prints p50 latency, the speedup (vLLM / ours), and checks the tokens:
 equal for greedy batches; for random ones equal but where the PyTorch reference flags a
-near-tie.
+near-tie. On a GPU it also prints the peak device memory of one call of each (MiB
+allocated at the peak beyond what was allocated before the call); on CPU there is none
+(``null`` in the JSON).
 
 Needs vLLM importable (``pip install vllm``); on a GPU vLLM's kernels run natively. On CPU
 (``--quick``, tiny shapes, ``TRITON_INTERPRET=1``) vLLM's kernels are loaded bound to the
@@ -44,6 +46,7 @@ from spectune.kernels.rejection_mrv2 import (  # noqa: E402
     rejection_sample_mrv2_reference,
 )
 from spectune.space import DTYPES, Problem  # noqa: E402
+from spectune.tuning import peak_memory_mib  # noqa: E402
 
 FULL = {"batch": (1, 8, 64), "k": (1, 2, 4, 8), "vocab": (32000, 128256, 151936)}
 QUICK = {"batch": (1, 2), "k": (1, 2), "vocab": (1000,)}
@@ -109,6 +112,9 @@ def measure(
     t_vllm = timeit(baseline, gpu=gpu)
     t_ours = timeit(lambda: ours(config), gpu=gpu)
     t_given = timeit(lambda: ours(given), gpu=gpu) if given else None
+    # Memory beside time (None off a GPU): one call each, after the timed ones.
+    m_vllm = peak_memory_mib(baseline, device=device)
+    m_ours = peak_memory_mib(lambda: ours(config), device=device)
     rows = batch * (k + 1)
     floor_bytes = rows * vocab * inputs.target_logits.element_size()
     if drafter == "model" and mode == "random":
@@ -120,6 +126,7 @@ def measure(
         "given_us": t_given, "given_config": given, "speedup": t_vllm[1] / t_ours[1],
         "floor_us": floor_us, "floor_fraction": floor_us / t_ours[1],
         "differing_at_near_ties": near_ties,
+        "vllm_peak_mib": m_vllm, "ours_peak_mib": m_ours,
     }
 
 
@@ -133,7 +140,9 @@ def run(args: argparse.Namespace) -> list[dict[str, object]]:
     given = json.loads(args.config) if args.config else None
     print(f"# device: {identity.describe()}; copy bandwidth {bandwidth / 1e9:.1f} GB/s")
     print(f"{'mode':7} {'drafter':7} {'B':>3} {'k':>2} {'V':>7} {'vllm us':>9} "
-          f"{'ours us':>9} {'speedup':>7} {'floor %':>7}" + (f" {'given us':>9}" if given else ""))
+          f"{'ours us':>9} {'speedup':>7} {'floor %':>7}"
+          + (f" {'vllm MiB':>9} {'ours MiB':>9}" if gpu else "")  # peak memory: GPUs only
+          + (f" {'given us':>9}" if given else ""))
     records = []
     for mode, drafter, batch, k, vocab in itertools.product(
         ("greedy", "random"), ("ngram", "model"), grid["batch"], grid["k"], grid["vocab"]
@@ -145,6 +154,8 @@ def run(args: argparse.Namespace) -> list[dict[str, object]]:
         line = (f"{mode:7} {drafter:7} {batch:>3} {k:>2} {vocab:>7} {rec['vllm_us'][1]:>9.1f} "
                 f"{rec['ours_us'][1]:>9.1f} {rec['speedup']:>6.2f}x "
                 f"{100 * rec['floor_fraction']:>6.1f}%")
+        if gpu:
+            line += f" {rec['vllm_peak_mib']:>9.2f} {rec['ours_peak_mib']:>9.2f}"
         if given:
             line += f" {rec['given_us'][1]:>9.1f}"
         print(line, flush=True)
