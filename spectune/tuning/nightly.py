@@ -386,9 +386,10 @@ def _recheck(work: Work, *, device: DeviceIdentity, seed: int, store: Store | No
         return dict(base, verdict="broken",
                     message=f"tuned config {gate.status.value}: {gate.message}")
 
-    if config == default:
-        # A row holding the default (the verdict against vLLM of a shape no tuned config
-        # beat): nothing to compare it with but vLLM.
+    if config == default and row.vllm.version is not None:
+        # A row holding the default to hold the verdict against vLLM of a shape no tuned
+        # config beat (a sweep writes one only once vLLM was measured): nothing to
+        # compare it with but vLLM. (Any other row holding the default has regressed.)
         message = "the default config serves this shape"
         if store is not None and _vllm_verdict_stale(row):
             found, measured = _measure_against_vllm(row, store=store, runner=runner)
