@@ -10,7 +10,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-out}
 CHECK=${SPECTUNE_GPU_CHECK:-.gpu-check}
-SECONDS_EACH=${VS_VLLM_SECONDS:-110}
+SECONDS_EACH=${VS_VLLM_SECONDS:-80}
 mkdir -p "$OUT"
 if ! compgen -G "$CHECK/vllm-*/vllm/__init__.py" >/dev/null; then
     echo "no vLLM trees in $CHECK: run python scripts/prepare_gpu_check.py here first" \
@@ -29,7 +29,7 @@ for tree in "$CHECK"/vllm-*/; do
     version=${tree##*/vllm-}
     # The tree first: its vllm, whatever else is installed; then spectune, then the wheels.
     PYTHONPATH="$(cd "$tree" && pwd):$PWD:$site${PYTHONPATH:+:$PYTHONPATH}" \
-        timeout $((SECONDS_EACH + 60)) python3 scripts/bench_vs_vllm.py \
+        timeout $((SECONDS_EACH + 45)) python3 scripts/bench_vs_vllm.py \
         ${VS_VLLM_ARGS:---max-seconds "$SECONDS_EACH"} --json "$OUT/vs-vllm-$version.json" \
         2>&1 | tee "$OUT/vs-vllm-$version.log"
     [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
