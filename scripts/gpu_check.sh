@@ -6,9 +6,15 @@
 #      scripts/bench_verify_mrv2.py (ours vs vLLM's Model Runner
 #      V2 kernels themselves), benchmarks/bench_sampling.py (the sampling kernels and the
 #      fused sampler vs vLLM's) and scripts/mrv2_engine_check.py (an MRV2 engine with
-#      ngram speculation, greedy tokens with and without spectune).
-# Writes logs, JUnit XML and JSON under $OUT (./out when run by hand).
-# Runs with the machine's own python3, torch and triton: nothing is installed.
+#      ngram speculation, greedy tokens with and without spectune): these need vLLM
+#      installed with its compiled ops, which the lent machines lack;
+#   4. when .gpu-check/ was carried (python scripts/prepare_gpu_check.py, here, first):
+#      scripts/gpu_check_vs_vllm.sh, every kernel family against each carried vLLM
+#      release's own function (scripts/bench_vs_vllm.py), with no vLLM installed.
+# Writes logs, JUnit XML and JSON under $OUT (./out when run by hand); where more than the
+# 8 files a device call brings back, all of them also in $OUT/gpu-check.tar.gz.
+# Runs with the machine's own python3, torch and triton; only the carried wheels are
+# installed, into a scratch folder.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-out}
@@ -35,7 +41,7 @@ timeout 50 python3 benchmarks/bench_folded.py --max-seconds 35 --vocab 128256 --
     --k 1 4 --json "$OUT/bench-folded.json" 2>&1 | tee "$OUT/bench-folded.log"
 [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
 
-if python3 -c 'import vllm' 2>/dev/null; then
+if python3 -c 'import vllm._C' 2>/dev/null; then
     # Whichever vLLM release is installed: its seams against the registry first (the
     # plugin steps aside on a release or a seam it does not know).
     python3 -c 'from spectune.cli import main; main()' doctor --vllm-seams 2>&1 \
@@ -50,7 +56,21 @@ if python3 -c 'import vllm' 2>/dev/null; then
         | tee "$OUT/engine-mrv2.log"
     [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
 else
-    echo "vLLM is not importable here: MRV2 and sampling benchmarks, engine check skipped" \
-        | tee "$OUT/mrv2-skipped.txt"
+    echo "vLLM with its compiled ops is not importable here: seams, MRV2 and sampling" \
+        "benchmarks and the engine check skipped" | tee "$OUT/mrv2-skipped.txt"
+fi
+
+if [ -d "${SPECTUNE_GPU_CHECK:-.gpu-check}" ]; then
+    bash scripts/gpu_check_vs_vllm.sh || status=1
+else
+    echo "no .gpu-check folder carried: the comparison with vLLM's own functions skipped" \
+        "(python scripts/prepare_gpu_check.py, then carry .gpu-check)" \
+        | tee -a "$OUT/mrv2-skipped.txt"
+fi
+
+# A device call brings back 8 files of $OUT: past that, one archive holds them all.
+if [ "$(find "$OUT" -type f | wc -l)" -gt 8 ]; then
+    tar czf "/tmp/gpu-check.tar.gz" -C "$OUT" . && find "$OUT" -type f \
+        ! -name 'vs-vllm-*.log' ! -name 'device.txt' -delete && mv /tmp/gpu-check.tar.gz "$OUT/"
 fi
 exit $status

@@ -77,6 +77,9 @@ ENTRIES: dict[str, tuple[Args, Callable[[], object] | None]] = {
                      "--peers", "kt-random_sample"], _bench_extra),
     "scripts/bench_verify.py": (lambda tmp: ["--quick"], None),
     "scripts/bench_verify_mrv2.py": (lambda tmp: ["--quick"], None),
+    # Every family, on the installed vLLM, is tests/test_gpu_check.py's rehearsal.
+    "scripts/bench_vs_vllm.py": (
+        lambda tmp: ["--quick", "--families", "temperature", "sample"], None),
 }
 
 
