@@ -8,6 +8,8 @@ storages. The default tile (16) is the slowest valid one and 1024 the fastest, b
 
 from __future__ import annotations
 
+import dataclasses
+
 import os
 import socket
 import time
@@ -88,7 +90,11 @@ def test_a_best_the_database_holds_from_another_study_is_up_to_date(
     options = SweepOptions(trials=10, db=places["db"], storage=places["storage"])
     result = run_item(ITEM, options=options)
     assert result.best_config == FASTEST and result.promoted == "up to date"
-    assert open_store(places["db"]).rows() == [stored]
+    [after] = open_store(places["db"]).rows()
+    # Only its comparison with vLLM is new: tried under the installed vLLM, which has no
+    # function for the toy family (so a night does not try again until vLLM changes).
+    assert dataclasses.replace(after, vllm=stored.vllm) == stored
+    assert after.vllm.verdict == "not measured" and TOY.name in (after.vllm.reason or "")
 
 
 def test_a_new_best_is_weighed_against_the_database_row_side_by_side(

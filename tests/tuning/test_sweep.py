@@ -125,13 +125,14 @@ def test_cli_sweep_of_the_mrv2_family_writes_rows_db_show_lists(places) -> None:
     loops five times over V = 4099)."""
     runner = CliRunner()
     outputs = []
-    # Interpreter timings on a shared host are noisy: should the promotion rule not be
-    # met on the first sweep, a rerun resumes the study with more trials and re-measures.
-    for trials in ("8", "16"):
+    # A row is written whether or not the promotion rule was met (the default's row
+    # holds the verdict); should vLLM's side fail to be measured on a loaded host, a
+    # rerun resumes the study with more trials and measures again.
+    for trials in ("4", "8"):
         result = runner.invoke(main, [
             "sweep", "--kernel", "rejection_sample_mrv2", "--spec-lens", "1", "--batch-sizes",
-            "1", "--vocab-sizes", "4099", "--trials", trials, "--db", places["db"],
-            "--storage", places["storage"],
+            "1", "--vocab-sizes", "4099", "--trials", trials, "--finalists", "1",
+            "--db", places["db"], "--storage", places["storage"],
         ])
         assert result.exit_code == 0, result.output
         outputs.append(result.output)
@@ -257,7 +258,8 @@ def test_sweep_of_folded_verification_over_k(places, kernel: str) -> None:
     items = as_looked_up(sweep_items(kernels=[kernel], spec_lens=[1, 3], batches=[2],
                                      vocabs=[257], dtypes=["float32"]))
     assert [i.problem.spec_len for i in items] == [1, 3]
-    options = SweepOptions(trials=2, db=places["db"], storage=places["storage"])
+    # One finalist: the rematch of runners-up is tested on the toy family.
+    options = SweepOptions(trials=2, db=places["db"], storage=places["storage"], finalists=1)
     family = FAMILIES[kernel]
     for item in items:
         result = run_item(item, options=options)

@@ -16,6 +16,7 @@ from rich.console import Console
 
 from spectune.cli import main
 from spectune.cli.sweep import _print_table, _results_json
+from spectune.db import VllmComparison
 from spectune.kernels import FAMILIES
 from spectune.promotion import Timing
 from spectune.space import Problem
@@ -32,12 +33,13 @@ JSON_KEYS = [
     "storage", "default_p20_us", "default_p50_us", "default_p80_us", "best_p20_us",
     "best_p50_us", "best_p80_us", "speedup", "trials", "best_evaluation", "failed",
     "invalid", "stop_reason", "promoted", "best_config", "default_config", "seconds",
+    "vs_vllm", "vllm_p50_us", "vllm_version", "vllm_reason", "served_p50_us",
 ]
 
 
 def _result(
     kernel: str, problem: Problem, *, default: float | None, best: float | None,
-    config: dict[str, int] | None, promoted: str,
+    config: dict[str, int] | None, promoted: str, vllm: VllmComparison | None = None,
 ) -> SweepResult:
     def timing(p50: float | None) -> Timing | None:
         return None if p50 is None else Timing(p50 * 0.9, p50, p50 * 1.1)
@@ -46,6 +48,7 @@ def _result(
         item=SweepItem(kernel, problem), study=f"{kernel}-study", default_config={"BLOCK_V": 1024},
         default=timing(default), best_config=config, best=timing(best), trials=30, failed=2,
         invalid=1, stop_reason="max evaluations", promoted=promoted, seconds=12.5,
+        vllm=vllm, served=timing(best) if vllm is not None and vllm.p50_us else None,
     )
 
 
@@ -54,7 +57,8 @@ RESULTS = [
             default=123456.7, best=98765.4, config=LONG_CONFIG, promoted="default is best"),
     _result("rejection_sample_folded", Problem(8, 64, 128256, "float16", draft_probs=False),
             default=12.3, best=10.1, promoted="inserted",
-            config={"BLOCK_V": 2048, "SPLITS": 2, "num_warps": 8, "num_stages": 1}),
+            config={"BLOCK_V": 2048, "SPLITS": 2, "num_warps": 8, "num_stages": 1},
+            vllm=VllmComparison(verdict="faster", p50_us=15.15, version="0.33.0")),
     _result("rejection_sample_mrv2", Problem(1, 1, 4099), default=None, best=None, config=None,
             promoted="no result"),
 ]
@@ -125,8 +129,12 @@ def test_json_is_one_flat_object_per_problem_with_nulls_for_missing_values() -> 
     assert first["storage"] == "/tmp/studies.journal" and first["seconds"] == 12.5
     assert first["device_name"] == "AMD_Instinct_MI300X"
     for key in ("default_p20_us", "default_p50_us", "default_p80_us", "best_p20_us",
-                "best_p50_us", "best_p80_us", "speedup", "best_config"):
+                "best_p50_us", "best_p80_us", "speedup", "best_config", "vs_vllm",
+                "vllm_p50_us", "served_p50_us"):
         assert missing[key] is None, key
+    versus = doc[1]
+    assert (versus["vs_vllm"], versus["vllm_version"]) == ("faster", "0.33.0")
+    assert versus["vllm_p50_us"] == 15.15 and versus["served_p50_us"] == 10.1
 
 
 # --------------------------------------------------------------------------------------
