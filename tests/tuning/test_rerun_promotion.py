@@ -9,7 +9,6 @@ storages. The default tile (16) is the slowest valid one and 1024 the fastest, b
 from __future__ import annotations
 
 import dataclasses
-
 import os
 import socket
 import time
