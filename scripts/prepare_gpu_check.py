@@ -66,19 +66,16 @@ WHOLE_DIRS = ("vllm/platforms", "vllm/triton_utils", "vllm/v1/sample", "vllm/v1/
 
 # What the comparison imports, run in a child process with the tree first on sys.path;
 # prints {module: file} and {top-level name: distributions}. vLLM's modules are those
-# spectune's incumbents load (spectune.vllm._incumbents), plus CUDA's platform.
+# spectune's incumbents load (spectune.vllm.incumbent_modules()), plus CUDA's platform.
 _DISCOVER = r"""
 import importlib, importlib.metadata, json, sys
 tree, root, standin = sys.argv[1:4]
 sys.path[:0] = [tree, root]
 import vllm
 vllm.__path__.append(standin)
-from spectune.vllm import _incumbents as inc
-names = [*inc._MRV2_MODULES, inc._V1, inc._TOP_K_TOP_P, "vllm.platforms.cuda",
-         "vllm.version", "spectune.tuning.trial", "spectune.db", "spectune.vllm._vllm_binding",
-         "triton.testing"]
-if inc._has_module(inc._V1_FLY):  # FLy windows: 0.33 on
-    names.append(inc._V1_FLY)
+from spectune.vllm import incumbent_modules
+names = [*incumbent_modules(), "vllm.platforms.cuda", "vllm.version",
+         "spectune.tuning.trial", "spectune.db", "triton.testing"]
 failed = {}
 for name in names:
     try:

@@ -34,6 +34,7 @@ from spectune.vllm._hook import passed_calls, register, routed_by_seam, routed_c
 from spectune.vllm._incumbents import (
     Incumbent,
     IncumbentUnavailable,
+    incumbent_modules,
     installed_vllm_version,
     vllm_incumbent,
 )
@@ -41,6 +42,7 @@ from spectune.vllm._incumbents import (
 __all__ = [
     "Incumbent",
     "IncumbentUnavailable",
+    "incumbent_modules",
     "installed_vllm_version",
     "passed_calls",
     "register",

@@ -34,7 +34,8 @@ from typing import Any
 
 from spectune.messages import one_line
 
-__all__ = ["Incumbent", "IncumbentUnavailable", "installed_vllm_version", "vllm_incumbent"]
+__all__ = ["Incumbent", "IncumbentUnavailable", "incumbent_modules", "installed_vllm_version",
+           "vllm_incumbent"]
 
 #: The vLLM releases whose functions (their modules, arguments) this module knows.
 KNOWN_RELEASES = ("0.32", "0.33")
@@ -235,6 +236,15 @@ def _v1_namespace() -> tuple[types.ModuleType, dict[str, Any], str]:
     names = (_V1_FLY, _V1) if _has_module(_V1_FLY) else (_V1,)
     module = vllm_modules(names)[_V1]
     return module, dict(vars(module)), _host_note(bound=True)
+
+
+def incumbent_modules() -> list[str]:
+    """The vLLM modules the incumbents import, for the installed vLLM (what a machine
+    without vLLM must be given for them: ``scripts/prepare_gpu_check.py``)."""
+    names = [*_MRV2_MODULES, _V1, _TOP_K_TOP_P]
+    if _has_module(_V1_FLY):  # FLy windows: 0.33 on
+        names.append(_V1_FLY)
+    return names
 
 
 def _has_module(name: str) -> bool:
