@@ -31,7 +31,9 @@ imports fresh copies of
 with ``vllm.triton_utils.tl``/``triton`` pointing at the real ``triton.language``/``triton``
 while they execute, then puts ``sys.modules``, the parent packages' attributes and the
 placeholders back exactly as they were: the rest of the test session (the V1 tests, which
-install vLLM's C++ overrides by scanning ``sys.modules``) sees no trace of it.
+install vLLM's C++ overrides by scanning ``sys.modules``) sees no trace of it. That
+binding is spectune's own (``spectune.vllm._vllm_binding.vllm_modules``, with which a
+sweep measures vLLM's functions); this module adds the checks of each release's layout.
 
 The one libdevice extern: ``tldevice.log1p``, used by ``_resample_kernel`` for the
 residual ``log p + log1p(-q / p)``. Triton's interpreter cannot run externs
@@ -56,7 +58,6 @@ import functools
 import importlib
 import inspect
 import os
-import sys
 import types
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -66,6 +67,8 @@ import triton
 import triton.language as tl
 from triton.runtime.interpreter import InterpretedFunction
 from triton.runtime.jit import JITFunction
+
+from spectune.vllm._vllm_binding import BindingError, interpreter_log1p, vllm_modules
 
 __all__ = [
     "GUMBEL_MODULE",
@@ -101,9 +104,6 @@ REJECTION_SAMPLE_KEYWORDS = {
 #: The parameters of vLLM's ``apply_temperature`` and ``apply_min_p`` the tests pass.
 APPLY_TEMPERATURE_PARAMS = ("logits", "expanded_idx_mapping", "temperature")
 APPLY_MIN_P_PARAMS = ("logits", "expanded_idx_mapping", "min_p")
-#: The ``tldevice`` (libdevice) functions the oracle modules may call: each needs a
-#: stand-in under the interpreter.
-STANDIN_EXTERNS = frozenset({"log1p"})
 #: Kernels ``rejection_sample`` launches, the helpers whose noise the tests read, and the
 #: kernels of ``apply_temperature`` and ``apply_min_p``; 0.33 adds the bonus row found by
 #: position and the per-step seed (of block verification, and of a drafter's cached
@@ -131,18 +131,6 @@ COLUMN_SEED_SOURCE = "seed = spec_step_seed(seed, col)"
 
 class VllmLayoutError(RuntimeError):
     """vLLM's MRV2 modules are not where, or not what, this oracle expects."""
-
-
-@triton.jit
-def interpreter_log1p(x):
-    """``log(1 + x)`` to a few ulps without libdevice (Goldberg's formula).
-
-    Where ``1 + x`` rounds to 1, ``log1p(x) = x`` to within an ulp; elsewhere
-    ``log(w) * x / (w - 1)`` with ``w = 1 + x`` cancels the rounding error of ``w``.
-    """
-    w = 1.0 + x
-    exact = w == 1.0
-    return tl.where(exact, x, tl.log(w) * x / tl.where(exact, 1.0, w - 1.0))
 
 
 @dataclass(frozen=True)
@@ -173,16 +161,6 @@ class VllmMrv2:
 
 def _interpreting() -> bool:
     return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
-
-
-def _tldevice_calls(module: types.ModuleType) -> set[str]:
-    """Names of the ``tldevice.<name>`` attributes ``module``'s source uses."""
-    tree = ast.parse(inspect.getsource(module))
-    return {
-        node.attr for node in ast.walk(tree)
-        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
-        and node.value.id == "tldevice"
-    }
 
 
 def _jit_decorated(module: types.ModuleType) -> list[str]:
@@ -254,19 +232,6 @@ def _check_fresh(mods: dict[str, types.ModuleType], release: str) -> None:
             raise VllmLayoutError(f"{fn_name}'s parameters changed: {params}")
 
 
-def _set_child(name: str, module: types.ModuleType | None) -> None:
-    """Point the parent package's attribute for ``name`` at ``module`` (or drop it)."""
-    parent_name, _, child = name.rpartition(".")
-    parent = sys.modules.get(parent_name)
-    if parent is None:
-        return
-    if module is None:
-        if hasattr(parent, child):
-            delattr(parent, child)
-    else:
-        setattr(parent, child, module)
-
-
 @functools.cache
 def load_vllm_mrv2() -> VllmMrv2:
     """The installed vLLM's MRV2 ``rejection_sample`` and sampling modules, their kernels
@@ -286,45 +251,24 @@ def load_vllm_mrv2() -> VllmMrv2:
     try:
         # vLLM's own copies (placeholder-bound on a host without usable Triton) and every
         # module they import: after this, loading re-executes only the oracle modules.
-        normal = {name: importlib.import_module(name) for name in ORACLE_MODULES}
+        for name in ORACLE_MODULES:
+            importlib.import_module(name)
     except ModuleNotFoundError as exc:
         if exc.name is not None and exc.name.startswith("vllm."):
             raise VllmLayoutError(f"vLLM's MRV2 module layout changed: {exc}") from exc
         raise
-    externs = set().union(*(_tldevice_calls(m) for m in normal.values()))
-    if not externs <= STANDIN_EXTERNS:
-        raise VllmLayoutError(
-            f"vLLM's MRV2 modules call libdevice functions {sorted(externs - STANDIN_EXTERNS)} "
-            f"that have no interpreter stand-in here (only {sorted(STANDIN_EXTERNS)})"
-        )
+    # The binding is the product's (spectune measures vLLM's own functions with it):
+    # fresh copies on the real Triton, sys.modules restored and checked.
+    try:
+        fresh = vllm_modules(ORACLE_MODULES)
+    except BindingError as exc:
+        raise VllmLayoutError(f"vLLM's MRV2 modules: {exc}") from exc
     if _interpreting():
-        device_lib: object = types.SimpleNamespace(log1p=interpreter_log1p)
         log1p: object = interpreter_log1p
     else:
         import triton.language.extra.libdevice as device_lib
 
         log1p = device_lib.log1p
-
-    modules_before = dict(sys.modules)
-    saved_attrs = {attr: getattr(tu, attr) for attr in ("tl", "tldevice", "triton")}
-    for name in ORACLE_MODULES:
-        del sys.modules[name]
-    tu.tl, tu.tldevice, tu.triton = tl, device_lib, triton
-    try:
-        fresh = {name: importlib.import_module(name) for name in ORACLE_MODULES}
-    finally:
-        for attr, value in saved_attrs.items():
-            setattr(tu, attr, value)
-        for name in set(sys.modules) - set(modules_before):
-            del sys.modules[name]
-            _set_child(name, None)
-        for name in ORACLE_MODULES:
-            sys.modules[name] = modules_before[name]
-            _set_child(name, modules_before[name])
-    if set(sys.modules) != set(modules_before) or any(
-        sys.modules[name] is not module for name, module in modules_before.items()
-    ):
-        raise VllmLayoutError("loading vLLM's MRV2 modules left sys.modules changed")
     _check_fresh(fresh, release)
     rejection = fresh[REJECTION_MODULE]
     return VllmMrv2(
