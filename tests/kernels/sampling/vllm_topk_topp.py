@@ -5,8 +5,9 @@ The oracle of tests/kernels/sampling/test_top_k_top_p.py beside vLLM's sort-base
 definition: ``apply_top_k_top_p_triton`` from ``vllm/v1/sample/ops/topk_topp_triton.py``,
 source untouched, launched through vLLM's own dispatcher. On a host without a usable
 Triton, ``vllm.triton_utils`` hands out placeholders, so the module is imported afresh
-with ``tl``/``triton`` pointing at the real Triton, then ``sys.modules`` is put back
-(as tests/kernels/vllm_mrv2.py does for the MRV2 kernels).
+with ``tl``/``triton`` pointing at the real Triton, then ``sys.modules`` is put back:
+spectune's own binding (``spectune.vllm._vllm_binding.vllm_modules``), as for the MRV2
+kernels (tests/kernels/vllm_mrv2.py).
 
 Under an unpacked wheel (vLLM 0.33's in the second CI session: no compiled ops) vLLM
 finds no platform, and ``num_compute_units`` raises; the oracle then counts one compute
@@ -31,16 +32,14 @@ import ast
 import functools
 import importlib
 import inspect
-import os
-import sys
 import types
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import torch
-import triton
-import triton.language as tl
 from triton.runtime.interpreter import InterpretedFunction
 from triton.runtime.jit import JITFunction
+
+from spectune.vllm._vllm_binding import BindingError, vllm_modules
 
 __all__ = ["TOPK_TOPP_MODULE", "VllmTopkToppLayoutError", "load_vllm_top_k_top_p_triton"]
 
@@ -51,21 +50,6 @@ _ENTRY = "apply_top_k_top_p_triton"
 
 class VllmTopkToppLayoutError(RuntimeError):
     """vLLM's Triton top-k/top-p module is not where, or not what, this oracle expects."""
-
-
-class _InterpreterLanguage(types.ModuleType):
-    """``triton.language`` whose ``range`` yields int32 scalar tensors (see module doc)."""
-
-    def __getattr__(self, name: str) -> object:
-        return getattr(tl, name)
-
-    def range(self, *args: object, **kwargs: object) -> Iterator[object]:
-        for value in tl.range(*args, **kwargs):
-            yield tl.full((), value, tl.int32)
-
-
-def _interpreting() -> bool:
-    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 
 
 def _one_compute_unit(*_: object) -> int:
@@ -85,8 +69,6 @@ def load_vllm_top_k_top_p_triton() -> Callable[..., torch.Tensor]:
     Loaded once per session. Raises :class:`ModuleNotFoundError` without vllm,
     :class:`VllmTopkToppLayoutError` if the module changed.
     """
-    import vllm.triton_utils as tu
-
     try:
         normal = importlib.import_module(TOPK_TOPP_MODULE)
     except ModuleNotFoundError as exc:
@@ -95,26 +77,13 @@ def load_vllm_top_k_top_p_triton() -> Callable[..., torch.Tensor]:
         raise
     if _uses_libdevice(normal):
         raise VllmTopkToppLayoutError(f"{TOPK_TOPP_MODULE} now calls libdevice functions")
-    lang: types.ModuleType = _InterpreterLanguage("triton.language") if _interpreting() else tl
-    modules_before = dict(sys.modules)
-    saved = (tu.tl, tu.triton)
-    del sys.modules[TOPK_TOPP_MODULE]
-    tu.tl, tu.triton = lang, triton
+    # The binding is spectune's own (the one a sweep measures vLLM's functions with):
+    # a fresh copy on the real Triton, its ``tl.range`` yielding int32 scalar tensors
+    # under the interpreter (module doc), sys.modules restored and checked.
     try:
-        fresh = importlib.import_module(TOPK_TOPP_MODULE)
-    finally:
-        tu.tl, tu.triton = saved
-        for name in set(sys.modules) - set(modules_before):
-            del sys.modules[name]
-        sys.modules[TOPK_TOPP_MODULE] = normal
-        parent = sys.modules.get(TOPK_TOPP_MODULE.rpartition(".")[0])
-        if parent is not None:
-            setattr(parent, TOPK_TOPP_MODULE.rpartition(".")[2], normal)
-    if set(sys.modules) != set(modules_before):
-        raise VllmTopkToppLayoutError("loading vLLM's top-k/top-p module left sys.modules changed")
-    # The interpreter patches the language module it finds among a kernel's globals; the
-    # stand-in is not it, so the real one is made visible beside it.
-    fresh.__dict__.setdefault("_triton_language", tl)
+        fresh = vllm_modules((TOPK_TOPP_MODULE,), int32_range=True)[TOPK_TOPP_MODULE]
+    except BindingError as exc:
+        raise VllmTopkToppLayoutError(f"{TOPK_TOPP_MODULE}: {exc}") from exc
     kernel = getattr(fresh, _KERNEL, None)
     if not isinstance(kernel, JITFunction | InterpretedFunction):
         raise VllmTopkToppLayoutError(f"{TOPK_TOPP_MODULE}.{_KERNEL} is not a Triton kernel")
