@@ -7,7 +7,8 @@ are not there (an unpacked vLLM wheel, such as 0.33's in the second CI session, 
 ``vllm._C``): the modules are imported afresh with ``vllm.triton_utils.tl``/``triton``
 pointing at the real Triton (where vLLM finds no usable Triton they are placeholders
 whose ``jit`` leaves kernels as plain functions), then ``sys.modules``, the parent
-packages' attributes and the placeholders are put back, as
+packages' attributes and the placeholders are put back, by spectune's own binding
+(``spectune.vllm._vllm_binding.vllm_modules``), as
 tests/kernels/sampling/vllm_topk_topp.py does for the top-k/top-p kernel. The fresh
 module's ``rejection_sample`` (source untouched) launches vLLM's kernels through vLLM's
 own dispatchers.
@@ -22,13 +23,12 @@ import functools
 import importlib
 import importlib.util
 import inspect
-import sys
 import types
 
-import triton
-import triton.language as tl
 from triton.runtime.interpreter import InterpretedFunction
 from triton.runtime.jit import JITFunction
+
+from spectune.vllm._vllm_binding import BindingError, vllm_modules
 
 __all__ = ["FLY_MODULE", "REJECTION_MODULE", "VllmV1LayoutError", "load_vllm_v1"]
 
@@ -69,34 +69,21 @@ def load_vllm_v1() -> types.ModuleType:
         ModuleNotFoundError: without vllm.
         VllmV1LayoutError: if the modules changed.
     """
-    import vllm.triton_utils as tu
-
     names = [FLY_MODULE] if _has_module(FLY_MODULE) else []
     names.append(REJECTION_MODULE)
     try:
-        normal = {name: importlib.import_module(name) for name in names}
+        for name in names:
+            importlib.import_module(name)
     except ModuleNotFoundError as exc:
         if exc.name is not None and exc.name.startswith("vllm."):
             raise VllmV1LayoutError(f"vLLM's V1 rejection sampler moved: {exc}") from exc
         raise
-    modules_before = dict(sys.modules)
-    saved = (tu.tl, tu.triton)
-    for name in names:
-        del sys.modules[name]
-    tu.tl, tu.triton = tl, triton
+    # The binding is spectune's own (the one a sweep measures vLLM's functions with):
+    # fresh copies on the real Triton, sys.modules restored and checked.
     try:
-        fresh = {name: importlib.import_module(name) for name in names}
-    finally:
-        tu.tl, tu.triton = saved
-        for name in set(sys.modules) - set(modules_before):
-            del sys.modules[name]
-        for name, module in normal.items():
-            sys.modules[name] = module
-            parent = sys.modules.get(name.rpartition(".")[0])
-            if parent is not None:
-                setattr(parent, name.rpartition(".")[2], module)
-    if set(sys.modules) != set(modules_before):
-        raise VllmV1LayoutError("loading vLLM's V1 rejection sampler left sys.modules changed")
+        fresh = vllm_modules(tuple(names))
+    except BindingError as exc:
+        raise VllmV1LayoutError(f"vLLM's V1 rejection sampler: {exc}") from exc
     for name, module in fresh.items():
         for kernel in KERNELS[name]:
             if not isinstance(getattr(module, kernel, None), JITFunction | InterpretedFunction):
