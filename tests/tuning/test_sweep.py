@@ -254,7 +254,8 @@ def test_two_workers_share_one_study(places) -> None:
 def test_sweep_of_folded_verification_over_k(places, kernel: str) -> None:
     """Verification with the sampling parameters folded in, tuned per k: one study and
     one row per speculation length, every trial gated against the parameters applied
-    first, rows keyed by the folded family (its own hash and space)."""
+    first, rows keyed by the folded family (its own hash and space); the serving config
+    measured beside vLLM's apply-then-verify sequence (a verdict, vLLM's p50)."""
     items = as_looked_up(sweep_items(kernels=[kernel], spec_lens=[1, 3], batches=[2],
                                      vocabs=[257], dtypes=["float32"]))
     assert [i.problem.spec_len for i in items] == [1, 3]
@@ -268,10 +269,15 @@ def test_sweep_of_folded_verification_over_k(places, kernel: str) -> None:
         assert result.best_config is not None
         assert {"BLOCK_T", "PIVOTS"} <= set(result.best_config)
         family.search_space("cpu-interpreter").validate(result.best_config)
+        measured = result.vllm
+        assert measured is not None and measured.verdict in ("faster", "not faster"), measured
+        assert measured.p50_us is not None and measured.p50_us > 0
+        assert measured.version == installed_vllm_version()
     # A row is written only where the promotion rule says the best beat the default.
     for row in open_store(places["db"]).rows(kernel=kernel):
         assert row.kernel_hash == family.source_hash
         assert row.problem.spec_len in (1, 3)
+        assert row.vllm.verdict in ("faster", "not faster"), row.vllm
 
 
 @pytest.mark.parametrize("transfer", [True, False])

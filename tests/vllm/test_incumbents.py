@@ -35,7 +35,13 @@ pytestmark = [
 
 BACKEND = "cpu-interpreter"
 DONE = ("rejection_sample", "rejection_sample_mrv2", "gumbel_sample", "temperature",
-        "min_p", "top_k_top_p")
+        "min_p", "top_k_top_p", "rejection_sample_folded", "rejection_sample_mrv2_folded")
+#: The verification families with the sampling parameters folded in (their inputs carry
+#: each request's temperature, top-k and top-p; vLLM's side applies them, then verifies).
+FOLDED = ("rejection_sample_folded", "rejection_sample_mrv2_folded")
+#: V1 verification, plain or folded (``is_greedy`` per request), else Model Runner V2's
+#: (greedy as temperature 0 of a request state).
+V1_NAMES = ("rejection_sample", "rejection_sample_folded")
 PROBLEMS = [
     Problem(spec_len=3, batch=4, vocab=300, dtype="bfloat16", draft_probs=True),
     Problem(spec_len=2, batch=3, vocab=1000, dtype="float32", draft_probs=False),
@@ -47,7 +53,7 @@ def _greedy(name: str, inputs: Any, mode: str) -> Any:
     (``"mixed"``); as made (all random) for ``"random"``."""
     if mode == "random":
         return inputs
-    if name == "rejection_sample":
+    if name in V1_NAMES:
         batch = inputs.cu_num_draft_tokens.shape[0]
         mixed = torch.arange(batch) % 2 == 0
         return dataclasses.replace(inputs, is_greedy=None if mode == "greedy" else mixed)
@@ -122,6 +128,55 @@ def test_random_verification_from_seeds() -> None:
     _check("rejection_sample", seeded)
 
 
+@pytest.mark.vllm_kernels
+@pytest.mark.parametrize("case", ["mixed", "top_p_only", "min_p"])
+@pytest.mark.parametrize("name", FOLDED)
+def test_folded_verification(name: str, case: str) -> None:
+    """vLLM's apply-then-verify on folded inputs: every other request greedy; top-p
+    alone (no temperature or top-k folded: V1 divides by 1, MRV2 skips those steps);
+    min-p of Model Runner V2 (V1's verification applies none: refused by name)."""
+    problem = Problem(spec_len=3, batch=4, vocab=301, dtype="bfloat16", draft_probs=True)
+    inputs = get_family(name).make_inputs(problem, seed=11, device="cpu")
+    if case == "mixed":
+        inputs = _greedy(name, inputs, "mixed")
+    elif case == "top_p_only":
+        if name in V1_NAMES:
+            inputs = dataclasses.replace(inputs, temperature=None, top_k=None)
+        else:
+            inputs = dataclasses.replace(inputs, temperature=torch.ones_like(
+                inputs.temperature), top_k=None)
+    else:
+        min_p = torch.tensor([0.0, 0.05, 0.3, 1.0]).repeat(
+            inputs.temperature.shape[0])[:inputs.temperature.shape[0]]
+        inputs = dataclasses.replace(inputs, min_p=min_p)
+        if name in V1_NAMES:
+            with pytest.raises(IncumbentUnavailable, match="applies no min-p"):
+                vllm_incumbent(name, inputs)
+            return
+    _check(name, inputs)
+
+
+@pytest.mark.vllm_kernels
+@pytest.mark.parametrize("name", ["rejection_sample", "rejection_sample_mrv2", *FOLDED])
+def test_verification_with_fly(name: str, vllm_series: str) -> None:
+    """vLLM 0.33's FLy window, plain and folded: its functions take it (and V1's FLy
+    writes the coins it is handed: the inputs' stay as they were); 0.32's verify
+    without FLy, and the incumbent says so."""
+    problem = Problem(spec_len=3, batch=3, vocab=257, dtype="float32", draft_probs=True)
+    # (A seed whose first decision is no near-tie: a changed token is then refused.)
+    inputs = get_family(name).make_inputs(problem, seed=5, device="cpu")
+    fly = {"fly_window_size": 1, "fly_entropy_threshold": 0.0, "fly_entropy_top_k": 3}
+    if name in V1_NAMES:
+        inputs = dataclasses.replace(inputs, **fly)
+    else:
+        inputs = dataclasses.replace(inputs, **fly, vllm_version=vllm_series)
+    if vllm_series == "0.32":
+        with pytest.raises(IncumbentUnavailable, match="without FLy windows"):
+            vllm_incumbent(name, inputs)
+        return
+    _check(name, inputs)
+
+
 def test_unavailable() -> None:
     problem = Problem(spec_len=1, batch=1, vocab=7)
     inputs = get_family("temperature").make_inputs(problem, seed=0, device="cpu")
@@ -129,9 +184,17 @@ def test_unavailable() -> None:
         vllm_incumbent("no_such_family", inputs)
     with pytest.raises(IncumbentUnavailable, match=r"is installed, not 9\.9"):
         vllm_incumbent("temperature", inputs, vllm_version="9.9")
-    for name in ("sample", "rejection_sample_folded", "rejection_sample_mrv2_folded"):
-        with pytest.raises(IncumbentUnavailable, match=name):
-            vllm_incumbent(name, get_family(name).make_inputs(problem, seed=0, device="cpu"))
+    with pytest.raises(IncumbentUnavailable, match="sample"):
+        vllm_incumbent("sample", get_family("sample").make_inputs(problem, seed=0,
+                                                                  device="cpu"))
+    # The plain and the folded verification families' inputs are not each other's.
+    plain = Problem(spec_len=2, batch=2, vocab=64)
+    for name, other in (("rejection_sample", "rejection_sample_folded"),
+                        ("rejection_sample_mrv2", "rejection_sample_mrv2_folded")):
+        with pytest.raises(IncumbentUnavailable, match="with sampling parameters"):
+            vllm_incumbent(name, get_family(other).make_inputs(plain, seed=0, device="cpu"))
+        with pytest.raises(IncumbentUnavailable, match="without sampling parameters"):
+            vllm_incumbent(other, get_family(name).make_inputs(plain, seed=0, device="cpu"))
     series = ".".join(version_on_disk(full=True).split(".")[:2])  # type: ignore[union-attr]
     assert vllm_incumbent("temperature", inputs, vllm_version=series).vllm_version == (
         installed_vllm_version())
