@@ -113,8 +113,13 @@ def test_cli_sweep_real_kernel_tiny_shape(places) -> None:
     assert result.exit_code == 0, result.output
     assert "sweep results" in result.output
     store = open_store(places["db"])
-    for row in store.rows():
+    rows = store.rows()
+    # Measured beside vLLM's own V1 verification: a row either way, with the verdict.
+    assert rows, result.output
+    for row in rows:
         FAMILIES["rejection_sample"].search_space("cpu-interpreter").validate(row.config)
+        assert row.vllm.verdict in ("faster", "not faster"), row.vllm
+        assert row.vllm.version == installed_vllm_version()
 
 
 def test_cli_sweep_of_the_mrv2_family_writes_rows_db_show_lists(places) -> None:
@@ -209,10 +214,20 @@ def test_sweep_of_a_sampling_family(places, kernel: str, dtype: str) -> None:
     assert result.trials == 4
     assert (result.failed, result.invalid) == (0, 0)
     assert result.best_config is not None and result.best is not None
+    # Measured beside vLLM's own step; the fused sampler is routed by no router and
+    # replaces no one vLLM function, so it says why it was not measured.
+    measured = result.vllm
+    assert measured is not None
+    if kernel == "sample":
+        assert measured.verdict == "not measured" and measured.reason, measured
+    else:
+        assert measured.verdict in ("faster", "not faster"), measured
+        assert measured.p50_us is not None and measured.p50_us > 0
     family = FAMILIES[kernel]
     for row in open_store(places["db"]).rows(kernel=kernel):
         assert row.kernel_hash == family.source_hash
         family.search_space("cpu-interpreter").validate(row.config)
+        assert row.vllm.verdict == measured.verdict
 
 
 def test_problem_helpers() -> None:
