@@ -434,14 +434,20 @@ def _v1(inputs: Any, release: str) -> _Built:
     return verification.name, run, verification.agree
 
 
-def _v1_metadata_top_k(top_k: Any, vocab: int) -> Any:
-    """``top_k`` as vLLM's V1 input batch holds it: int32, a value outside ``[1, V)`` (no
-    top-k) as ``V``; ``None`` when no request uses top-k (vLLM's ``no_top_k``)."""
+def _held_top_k(top_k: Any, vocab: int) -> Any:
+    """Per-request ``top_k`` as vLLM's request states hold it (V1's input batch, MRV2's
+    ``SamplingStates``): int32, a value outside ``[1, V]`` (no top-k) as ``V``."""
     import torch
 
+    return torch.where((top_k <= 0) | (top_k > vocab), vocab, top_k).to(torch.int32)
+
+
+def _v1_metadata_top_k(top_k: Any, vocab: int) -> Any:
+    """``top_k`` as V1's ``SamplingMetadata`` holds it (:func:`_held_top_k`); ``None`` when
+    no request uses top-k (vLLM's ``no_top_k``)."""
     if top_k is None:
         return None
-    held = torch.where((top_k <= 0) | (top_k >= vocab), vocab, top_k).to(torch.int32)
+    held = _held_top_k(top_k, vocab)
     return None if bool((held == vocab).all()) else held
 
 
@@ -595,8 +601,7 @@ def _mrv2_folded(inputs: Any, release: str) -> _Built:
     # The request states as vLLM's SamplingStates holds them: int32 top-k, a value
     # outside [1, V] (no top-k) as V; top-p 1 where none.
     top_k = (torch.full_like(temperature, vocab, dtype=torch.int32) if inputs.top_k is None
-             else torch.where((inputs.top_k <= 0) | (inputs.top_k > vocab), vocab,
-                              inputs.top_k).to(torch.int32))
+             else _held_top_k(inputs.top_k, vocab))
     top_p = torch.ones_like(temperature) if inputs.top_p is None else inputs.top_p
     do_top_k = bool((top_k[states] != vocab).any())
     do_top_p = bool((top_p[states] != 1.0).any())
