@@ -41,7 +41,7 @@ from spectune.db._buckets import batch_bucket, is_batch_bucket
 from spectune.db._checks import Checker, Spaces, running_identity
 from spectune.db._fields import PROBLEM_FIELDS, VS_VLLM_VERDICTS, Field, check_name
 from spectune.db._locations import ENV_DB, Source, readable_sources
-from spectune.db._read_cache import Groups, ReadCache
+from spectune.db._read_cache import Groups, ReadCache, keep_in_background
 from spectune.db._reader import reading
 from spectune.db.errors import DatabaseError
 from spectune.messages import one_line
@@ -278,22 +278,29 @@ def load_index(
                     SourceReport(name=ENV_DB, location="(invalid)", status="error", error=message)
                 )
         entries: Entries = {}
-        reports += [_load(source, checker, entries) for source in sources]
+        to_keep: list[tuple[ReadCache, int, Groups]] = []
+        reports += [_load(source, checker, entries, to_keep) for source in sources]
     except Exception as exc:  # bad arguments: log, the caller uses defaults
         logger.warning("spectune: tuned configs not loaded: %s", one_line(exc))
         return ConfigIndex()
     index = ConfigIndex(running=checker.running, entries=entries, sources=reports)
     logger.info("%s", index.describe())
+    # What was read from files is kept once the index is built, off the loading path.
+    keep_in_background(to_keep)
     return index
 
 
-def _load(source: Source, checker: Checker, entries: Entries) -> SourceReport:
-    """Add a source's usable rows to ``entries`` (earlier sources win); never raises."""
+def _load(
+    source: Source, checker: Checker, entries: Entries,
+    to_keep: list[tuple[ReadCache, int, Groups]],
+) -> SourceReport:
+    """Add a source's usable rows to ``entries`` (earlier sources win), and what was read
+    from a file for its read cache to ``to_keep``; never raises."""
     name, location = source.name, source.location
     try:
         if source.url.absent:
             return SourceReport(name=name, location=location, status="absent")
-        total, groups = _read(source, checker)
+        total, groups = _read(source, checker, to_keep)
     except Exception as exc:  # a reader the serving path uses never raises
         message = one_line(exc)
         logger.warning("spectune: skipping tuned-config database %s: %s", location, message)
@@ -327,11 +334,13 @@ def _load(source: Source, checker: Checker, entries: Entries) -> SourceReport:
     )
 
 
-def _read(source: Source, checker: Checker) -> tuple[int, Groups]:
+def _read(
+    source: Source, checker: Checker, to_keep: list[tuple[ReadCache, int, Groups]]
+) -> tuple[int, Groups]:
     """A source's row count and, per family, its rows measured on the running system,
     column by column (:data:`READ_COLUMNS`, then the config as stored): kept from an
     earlier read of the same SQLite file while it is unchanged
-    (:mod:`spectune.db._read_cache`), else read (and kept)."""
+    (:mod:`spectune.db._read_cache`), else read (and added to ``to_keep``, to be kept)."""
     cache = ReadCache.of(source.url, running=checker.running,
                          kernel_hashes=checker.kernel_hashes, columns=READ_COLUMNS)  # fmt: skip
     kept = None if cache is None else cache.load()
@@ -345,7 +354,7 @@ def _read(source: Source, checker: Checker) -> tuple[int, Groups]:
         )
     groups: Groups = [(kernel, list(zip(*rows, strict=True))) for kernel, rows in read]
     if cache is not None:
-        cache.keep(total, groups)
+        to_keep.append((cache, total, groups))
     return total, groups
 
 

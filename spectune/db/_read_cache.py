@@ -24,7 +24,10 @@ a write in the same clock tick as a read could leave the times as they were (the
 
 The cache is a folder beside the user database (``<user database>.read-cache/``, made
 only where the user database's folder exists): one file per database file, running
-system and kernel families, for the families' hashes last read, replaced atomically.
+system and kernel families, for the families' hashes last read, replaced atomically,
+written on a thread of its own once the load has built its index (:func:`keep_in_background`:
+encoding and writing 10,000 rows takes about 10 ms, which a worker's start-up does not wait
+for; the interpreter waits for it at exit).
 A file holds a JSON header (what it was read for, the files' state, the count, the
 distinct strings) and the rows column by column as arrays of 64-bit integers (an
 integer column's values; a text column's, as indexes of its strings, -1 for NULL, which
@@ -44,6 +47,7 @@ import json
 import logging
 import os
 import sys
+import threading
 import time
 from array import array
 from collections.abc import Mapping, Sequence
@@ -53,7 +57,7 @@ from typing import Any
 from spectune.db._backend import DatabaseURL, backend_of
 from spectune.db._locations import user_db_path
 
-__all__ = ["SETTLED_S", "ReadCache"]
+__all__ = ["SETTLED_S", "ReadCache", "keep_in_background", "wait_kept"]
 
 logger = logging.getLogger("spectune.db")
 
@@ -67,7 +71,6 @@ _FORMAT = f"spectune-read-cache-2-{sys.byteorder}"
 _SUFFIXES = ("", "-wal", "-journal")
 #: The arrays' item type: 64-bit signed integers (SQLite's integers).
 _ITEM = "q"
-_INT_MIN, _INT_MAX = -(2**63), 2**63 - 1
 
 #: A file's identity and last change; ``None`` for a companion file that is absent.
 FileState = tuple[int, int, int, int, int] | None
@@ -150,11 +153,14 @@ class ReadCache:
         try:
             if _files_state(self._path) != self._state or not _settled(self._state):
                 return
-            content = _encode(_plain({"key": self._key, "state": self._state}), total, groups)
             file = self.file
-            if content is None or not file.parent.parent.is_dir():
+            if not file.parent.parent.is_dir():
                 return
-            temporary = file.with_name(f"{file.name}.{os.getpid()}.tmp")
+            content = _encode(_plain({"key": self._key, "state": self._state}), total, groups)
+            if content is None:
+                return
+            # Per process and thread: loads of one process may keep the same file.
+            temporary = file.with_name(f"{file.name}.{os.getpid()}-{threading.get_ident()}.tmp")
             file.parent.mkdir(exist_ok=True)
             temporary.write_bytes(content)
             os.replace(temporary, file)
@@ -169,6 +175,42 @@ class ReadCache:
                     temporary.unlink(missing_ok=True)
 
 
+#: The threads keeping what loads read, not yet joined (see :func:`wait_kept`).
+_KEEPING: list[threading.Thread] = []
+
+
+def keep_in_background(kept: Sequence[tuple[ReadCache, int, Groups]]) -> None:
+    """Keep each of ``kept`` (a cache, the count and rows read for it) on a thread of
+    its own, so that writing the copy (about 10 ms for 10,000 rows) is not on the
+    loading worker's start-up path. Never raises.
+
+    Not a daemon thread: the interpreter waits for it at exit, so a worker that stops
+    at once leaves no half-written temporary file (unless killed).
+    """
+    if not kept:
+        return
+    try:
+        thread = threading.Thread(
+            target=_keep_all, args=(tuple(kept),), name="spectune-read-cache", daemon=False
+        )
+        thread.start()
+        _KEEPING[:] = [each for each in _KEEPING if each.is_alive()] + [thread]
+    except Exception:  # no thread to be had: keep inline, never raise
+        logger.debug("spectune: read cache kept inline", exc_info=True)
+        _keep_all(tuple(kept))
+
+
+def wait_kept(timeout: float | None = None) -> None:
+    """Wait until what earlier loads read is kept (tests, benchmarks, tools)."""
+    for thread in list(_KEEPING):
+        thread.join(timeout)
+
+
+def _keep_all(kept: Sequence[tuple[ReadCache, int, Groups]]) -> None:
+    for cache, total, groups in kept:
+        cache.keep(total, groups)
+
+
 def _encode(header: dict[str, Any], total: int, groups: Groups) -> bytes | None:
     """The file's content: the JSON header, a newline, the arrays; ``None`` when a value
     is neither an integer nor text (not kept)."""
@@ -176,12 +218,14 @@ def _encode(header: dict[str, Any], total: int, groups: Groups) -> bytes | None:
     for kernel, columns in groups:
         kinds, strings = [], []
         for values in columns:
-            types = set(map(type, values))
-            if types == {int} and min(values) >= _INT_MIN and max(values) <= _INT_MAX:
+            integers = _integers(values)
+            if integers is not None:
                 kinds.append("int")
                 strings.append([])
-                arrays.append(array(_ITEM, values))
-            elif types and types <= {str, type(None)}:
+                arrays.append(integers)
+                continue
+            types = set(map(type, values))
+            if types and types <= {str, type(None)}:
                 distinct = sorted(set(values) - {None})
                 at: dict[str | None, int] = {text: index for index, text in enumerate(distinct)}
                 at[None] = -1
@@ -193,6 +237,18 @@ def _encode(header: dict[str, Any], total: int, groups: Groups) -> bytes | None:
         described.append([kernel, len(columns[0]) if columns else 0, kinds, strings])
     text = json.dumps({**header, "total": total, "groups": described}, separators=(",", ":"))
     return text.encode() + b"\n" + b"".join(each.tobytes() for each in arrays)
+
+
+def _integers(values: Sequence[Any]) -> array[int] | None:
+    """``values`` as an array of 64-bit integers when every one is an ``int`` (a
+    ``bool`` would come back as 1 or 0) in range; else ``None``. The array's own
+    conversion checks the range, in C."""
+    if set(map(type, values)) != {int}:
+        return None
+    try:
+        return array(_ITEM, values)
+    except OverflowError:
+        return None
 
 
 def _decode(content: bytes, *, header: dict[str, Any], width: int) -> tuple[int, Groups] | None:

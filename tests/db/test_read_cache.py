@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import threading
+import time
 from array import array
 from pathlib import Path
 from typing import Any
@@ -17,7 +19,7 @@ import pytest
 
 import spectune.db._config_index as config_index
 from spectune.db import ConfigIndex, Source, VllmComparison, load_index, parse_target
-from spectune.db._read_cache import _FORMAT, ReadCache
+from spectune.db._read_cache import _FORMAT, ReadCache, wait_kept
 from spectune.space import Problem
 
 from .conftest import KERNEL, KERNEL_HASH, MI300X, SOFTWARE, SPACE, make_row, write_db
@@ -40,6 +42,7 @@ def load(path: Path, *, kernel_hashes: dict[str, str] = HASHES) -> ConfigIndex:
 
 
 def kept(tmp_path: Path) -> list[Path]:
+    wait_kept()  # a load keeps what it read on a thread of its own
     return sorted((tmp_path / "home").glob("spectune.db.read-cache/*.rows"))
 
 
@@ -71,6 +74,30 @@ def test_an_unchanged_file_is_not_read_again(
     assert summary(again) == summary(first) == [("db", "read", 4, 4, 4, 0)]
     found = again.lookup(device=MI300X, software=SOFTWARE, kernel=KERNEL, problem=problem())
     assert found == make_row().config
+
+
+def test_the_rows_are_kept_after_the_load_returns(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Writing the copy is off the worker's start-up path: the load does not wait for it.
+    release = threading.Event()
+    real_keep = ReadCache.keep
+
+    def keep_when_released(self: ReadCache, total: int, groups: Any) -> None:
+        release.wait(30)
+        real_keep(self, total, groups)
+
+    monkeypatch.setattr(ReadCache, "keep", keep_when_released)
+    path = Path(write_db(tmp_path / "env.db", [make_row(batch=b) for b in (1, 2)]))
+    started = time.monotonic()
+    index = load(path)
+    assert time.monotonic() - started < 20
+    assert summary(index) == [("db", "read", 2, 2, 2, 0)]
+    assert not list((tmp_path / "home").glob("spectune.db.read-cache/*.rows"))
+    release.set()
+    assert len(kept(tmp_path)) == 1
+    no_reading(monkeypatch)
+    assert summary(load(path)) == summary(index)
 
 
 def test_malformed_and_unusable_rows_count_alike(tmp_path: Path) -> None:
