@@ -218,14 +218,13 @@ def _encode(header: dict[str, Any], total: int, groups: Groups) -> bytes | None:
     for kernel, columns in groups:
         kinds, strings = [], []
         for values in columns:
-            integers = _integers(values)
+            types = set(map(type, values))
+            integers = _integers(values) if types == {int} else None
             if integers is not None:
                 kinds.append("int")
                 strings.append([])
                 arrays.append(integers)
-                continue
-            types = set(map(type, values))
-            if types and types <= {str, type(None)}:
+            elif types and types <= {str, type(None)}:
                 distinct = sorted(set(values) - {None})
                 at: dict[str | None, int] = {text: index for index, text in enumerate(distinct)}
                 at[None] = -1
@@ -239,12 +238,10 @@ def _encode(header: dict[str, Any], total: int, groups: Groups) -> bytes | None:
     return text.encode() + b"\n" + b"".join(each.tobytes() for each in arrays)
 
 
-def _integers(values: Sequence[Any]) -> array[int] | None:
-    """``values`` as an array of 64-bit integers when every one is an ``int`` (a
-    ``bool`` would come back as 1 or 0) in range; else ``None``. The array's own
-    conversion checks the range, in C."""
-    if set(map(type, values)) != {int}:
-        return None
+def _integers(values: Sequence[int]) -> array[int] | None:
+    """``int`` values (not ``bool``, which would come back as 1 or 0) as an array of
+    64-bit integers; ``None`` when one is out of range (the array's conversion checks
+    it, in C)."""
     try:
         return array(_ITEM, values)
     except OverflowError:
